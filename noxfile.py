@@ -1,0 +1,56 @@
+# /// script
+# dependencies = ["nox>=2025.2.9"]
+# ///
+"""Sessions for ortstack. Each one calls an ``ortstack`` verb: the logic lives in python/ortstack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["build"]
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+
+
+def _install_ortstack(session: nox.Session, *groups: str) -> None:
+    session.install("-e", str(ROOT / "python"))
+    for group in groups:
+        session.install(*nox.project.dependency_groups(PYPROJECT, group))
+
+
+def _ortstack(session: nox.Session, verb: str, *default_args: str) -> None:
+    _install_ortstack(session)
+    session.run("ortstack", verb, *(session.posargs or default_args))
+
+
+@nox.session(default=False, tags=["pipeline"])
+def fetch(session: nox.Session) -> None:
+    """Fetch the pinned onnxruntime source into the cache (args go to `ortstack fetch`)."""
+    _ortstack(session, "fetch")
+
+
+@nox.session(reuse_venv=True)
+def status(session: nox.Session) -> None:
+    """Show the pin, the cache, the patch series, the variants and the built wheels."""
+    _ortstack(session, "status")
+
+
+@nox.session(reuse_venv=True)
+def lint(session: nox.Session) -> None:
+    """Run ruff and mypy (strict) over the orchestrator, its tests and this file."""
+    _install_ortstack(session, "lint")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session(requires=["lint"])
+def test(session: nox.Session) -> None:
+    """Lint, run the orchestrator's tests, then the wheel suites (args go to pytest)."""
+    _install_ortstack(session, "test")
+    session.run("pytest", *session.posargs)

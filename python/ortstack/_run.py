@@ -1,0 +1,85 @@
+"""The one subprocess runner: argv lists, no shell, the command echoed before it runs."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from typing import TYPE_CHECKING, Literal, overload
+
+from ortstack import log
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+
+def which(program: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Resolve ``program`` against the PATH of ``env`` (the current environment by default)."""
+    path = (env if env is not None else os.environ).get("PATH")
+    return shutil.which(program, path=path)
+
+
+def _resolve(argv: Sequence[str | os.PathLike[str]], env: Mapping[str, str] | None) -> list[str]:
+    args = [os.fspath(a) for a in argv]
+    found = which(args[0], env)
+    if found is None:
+        msg = f"program not found: {args[0]}"
+        raise FileNotFoundError(msg)
+    return [found, *args[1:]]
+
+
+@overload
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = ...,
+    env: Mapping[str, str] | None = ...,
+    capture: Literal[False] = ...,
+    check: bool = ...,
+    quiet: bool = ...,
+    timeout: float | None = ...,
+) -> subprocess.CompletedProcess[None]: ...
+
+
+@overload
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = ...,
+    env: Mapping[str, str] | None = ...,
+    capture: Literal[True],
+    check: bool = ...,
+    quiet: bool = ...,
+    timeout: float | None = ...,
+) -> subprocess.CompletedProcess[str]: ...
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    capture: bool = False,
+    check: bool = True,
+    quiet: bool = False,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str] | subprocess.CompletedProcess[None]:
+    """Run ``argv`` without a shell.
+
+    ``capture=True`` returns text stdout/stderr; otherwise output streams to the terminal.
+    ``CalledProcessError`` propagates: callers turn it into the error of their stage.
+    """
+    args = _resolve(argv, env)
+    if not quiet:
+        log.command(shlex.join([os.fspath(a) for a in argv]), cwd=cwd)
+    return subprocess.run(  # noqa: S603 - argv list, no shell
+        args,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        check=check,
+        text=True if capture else None,
+        capture_output=capture,
+        timeout=timeout,
+    )

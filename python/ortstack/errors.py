@@ -1,0 +1,99 @@
+"""One exception hierarchy; each class carries the process exit code the CLI returns.
+
+Exit codes (also documented in README.md and ``ortstack --help``):
+
+==  ===========================================================
+0   success
+1   unexpected internal error (a bug: please report it)
+2   usage error (bad command line)
+3   configuration error (``stack.toml``, lock file, environment)
+4   fetch error (download, checksum, archive, git)
+5   patch error (check, apply, guard, refresh, export)
+6   build error (configure, compile, wheel, repair)
+7   test or benchmark suite error
+8   another ortstack process holds the lock (``--no-wait``)
+9   not enough disk space for the step
+130 interrupted (Ctrl-C)
+==  ===========================================================
+"""
+
+from __future__ import annotations
+
+
+class OrtstackError(Exception):
+    """Base class for every error that should reach the user as one clear line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, tip: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tip = tip
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(OrtstackError):
+    """``stack.toml``, the lock file or the environment is invalid."""
+
+    exit_code = 3
+
+
+class FetchError(OrtstackError):
+    """A source could not be fetched or failed verification."""
+
+    exit_code = 4
+
+
+class ChecksumError(FetchError):
+    """Downloaded bytes do not match the pinned digest."""
+
+
+class UnsafeArchiveError(FetchError):
+    """An archive member would land outside the extraction directory."""
+
+
+class PatchError(OrtstackError):
+    """A patch could not be checked, applied, guarded, refreshed or exported."""
+
+    exit_code = 5
+
+
+class BuildError(OrtstackError):
+    """Configuring, compiling or packaging a wheel failed."""
+
+    exit_code = 6
+
+
+class SuiteError(OrtstackError):
+    """A test or benchmark suite failed or could not run."""
+
+    exit_code = 7
+
+
+class LockBusyError(OrtstackError):
+    """Another ortstack process holds a lock and we were asked not to wait."""
+
+    exit_code = 8
+
+
+class DiskSpaceError(OrtstackError):
+    """Not enough free disk space for the next step."""
+
+    exit_code = 9
+
+
+EXIT_CODES: dict[int, str] = {
+    0: "success",
+    1: "unexpected internal error",
+    2: "usage error",
+    ConfigError.exit_code: "configuration error (stack.toml, lock file, environment)",
+    FetchError.exit_code: "fetch error (download, checksum, archive, git)",
+    PatchError.exit_code: "patch error (check, apply, guard, refresh, export)",
+    BuildError.exit_code: "build error (configure, compile, wheel, repair)",
+    SuiteError.exit_code: "test or benchmark suite failed",
+    LockBusyError.exit_code: "lock held by another ortstack process",
+    DiskSpaceError.exit_code: "not enough disk space",
+    130: "interrupted",
+}

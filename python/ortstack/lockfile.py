@@ -1,0 +1,81 @@
+"""``stack.lock``: values resolved on first use (trust-on-first-use), written atomically.
+
+The lock holds what ``stack.toml`` leaves open: the sha256 of an archive fetched for the first time,
+the sha256 of a patch vendored by the first networked build. With ``--locked`` nothing new may be
+resolved: a missing value is an error, so CI builds exactly what a developer locked.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomli_w
+
+from ortstack import log
+from ortstack.errors import ConfigError
+
+HEADER = "# Written by ortstack: values resolved on first use. Commit this file; edit stack.toml instead.\n"
+
+
+@dataclass(kw_only=True)
+class Lock:
+    path: Path
+    locked: bool = False
+    """Refuse to resolve new values (``--locked``)."""
+    values: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path, *, locked: bool = False) -> Lock:
+        if not path.exists():
+            return cls(path=path, locked=locked)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            msg = f"{path}: not valid TOML: {exc}"
+            raise ConfigError(msg, tip=f"delete {path.name} to resolve its values again") from None
+        resolved = data.get("resolved", {})
+        if not isinstance(resolved, dict) or not all(isinstance(v, str) for v in resolved.values()):
+            msg = f"{path}: [resolved] must map names to strings"
+            raise ConfigError(msg)
+        return cls(path=path, locked=locked, values=dict(resolved))
+
+    def get(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def resolve(self, key: str, value: str, *, what: str) -> None:
+        """Record ``value`` for ``key`` the first time it is seen; refuse under ``--locked``."""
+        current = self.values.get(key)
+        if current == value:
+            return
+        if current is not None:
+            msg = f"{what}: {key} is locked to {current} but resolved to {value}"
+            raise ConfigError(msg, tip=f"if the change is intended, remove {key} from {self.path.name}")
+        if self.locked:
+            msg = f"{what}: {key} is not in {self.path.name} and --locked forbids resolving it"
+            raise ConfigError(msg, tip="run once without --locked and commit the lock file")
+        log.loud(f"trust on first use: {what}\n{key} = {value}\nrecorded in {self.path}")
+        self.values[key] = value
+        self.save()
+
+    def save(self) -> None:
+        payload = HEADER + tomli_w.dumps({"resolved": dict(sorted(self.values.items()))})
+        write_atomic(self.path, payload.encode())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
