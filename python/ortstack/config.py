@@ -200,7 +200,7 @@ class _Reader:
                 raise self.fail(where, f"missing required key {name!r}")
         return cls(**values)
 
-    def convert(self, hint: Any, raw: object, where: tuple[str | int, ...]) -> Any:  # noqa: PLR0911
+    def convert(self, hint: Any, raw: object, where: tuple[str | int, ...]) -> Any:
         origin = typing.get_origin(hint)
         args = typing.get_args(hint)
         if origin in (types.UnionType, typing.Union):
@@ -209,7 +209,9 @@ class _Reader:
         if origin is Literal:
             if raw not in args:
                 allowed = ", ".join(repr(a) for a in args)
-                raise self.fail(where, f"must be one of {allowed}, got {raw!r}", tip=_suggest(str(raw), [str(a) for a in args]))
+                raise self.fail(
+                    where, f"must be one of {allowed}, got {raw!r}", tip=_suggest(str(raw), [str(a) for a in args])
+                )
             return raw
         if origin is tuple:
             if not isinstance(raw, list):
@@ -241,25 +243,30 @@ def _validate(reader: _Reader, stack: Stack) -> None:
         raise reader.fail(("ort", "archive_sha256"), "is set but archive_url is not")
     seen: set[str] = set()
     for index, patch in enumerate(stack.patches):
-        where: tuple[str | int, ...] = ("patch", index)
         if patch.id in seen:
-            raise reader.fail((*where, "id"), f"duplicate patch id {patch.id!r}")
+            raise reader.fail(("patch", index, "id"), f"duplicate patch id {patch.id!r}")
         seen.add(patch.id)
-        _check_hex(reader, patch.sha256, HEX64, (*where, "sha256"), "64-hex sha256")
-        _check_hex(reader, patch.origin.head, HEX40, (*where, "origin", "head"), "40-hex commit id")
-        _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id")
-        for platform in patch.platforms:
-            if platform not in PLATFORMS:
-                raise reader.fail((*where, "platforms"), f"unknown platform {platform!r}", tip=_suggest(platform, list(PLATFORMS)))
-        if patch.mode == "in-base":
-            if patch.guard is None:
-                raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
-        elif patch.file and PurePosixPath(patch.file).parent != PurePosixPath("patches"):
-            raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
-        if patch.origin.kind == "pr" and not patch.origin.pr:
-            raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)")
-        if patch.origin.kind != "local" and not patch.origin.repository:
-            raise reader.fail((*where, "origin"), f"a {patch.origin.kind} origin needs a repository URL")
+        _validate_patch(reader, patch, ("patch", index))
+
+
+def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
+    _check_hex(reader, patch.sha256, HEX64, (*where, "sha256"), "64-hex sha256")
+    _check_hex(reader, patch.origin.head, HEX40, (*where, "origin", "head"), "40-hex commit id")
+    _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id")
+    for platform in patch.platforms:
+    if platform not in PLATFORMS:
+        raise reader.fail(
+            (*where, "platforms"), f"unknown platform {platform!r}", tip=_suggest(platform, list(PLATFORMS))
+        )
+    if patch.mode == "in-base":
+    if patch.guard is None:
+        raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
+    elif patch.file and PurePosixPath(patch.file).parent != PurePosixPath("patches"):
+    raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
+    if patch.origin.kind == "pr" and not patch.origin.pr:
+    raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)")
+    if patch.origin.kind != "local" and not patch.origin.repository:
+    raise reader.fail((*where, "origin"), f"a {patch.origin.kind} origin needs a repository URL")
 
 
 def load(path: Path) -> Stack:
