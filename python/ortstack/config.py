@@ -254,19 +254,18 @@ def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, 
     _check_hex(reader, patch.origin.head, HEX40, (*where, "origin", "head"), "40-hex commit id")
     _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id")
     for platform in patch.platforms:
-    if platform not in PLATFORMS:
-        raise reader.fail(
-            (*where, "platforms"), f"unknown platform {platform!r}", tip=_suggest(platform, list(PLATFORMS))
-        )
+        if platform not in PLATFORMS:
+            tip = _suggest(platform, list(PLATFORMS))
+            raise reader.fail((*where, "platforms"), f"unknown platform {platform!r}", tip=tip)
     if patch.mode == "in-base":
-    if patch.guard is None:
-        raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
+        if patch.guard is None:
+            raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
     elif patch.file and PurePosixPath(patch.file).parent != PurePosixPath("patches"):
-    raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
+        raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
     if patch.origin.kind == "pr" and not patch.origin.pr:
-    raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)")
+        raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)")
     if patch.origin.kind != "local" and not patch.origin.repository:
-    raise reader.fail((*where, "origin"), f"a {patch.origin.kind} origin needs a repository URL")
+        raise reader.fail((*where, "origin"), f"a {patch.origin.kind} origin needs a repository URL")
 
 
 def load(path: Path) -> Stack:
