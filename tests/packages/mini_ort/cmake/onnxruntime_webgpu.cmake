@@ -43,6 +43,11 @@ if(onnxruntime_USE_EP_API_ADAPTERS)
   target_link_libraries(onnxruntime_providers_webgpu PRIVATE ${onnxruntime_dawn_libs})
   # The plugin and its Dawn sit side by side in the wheel.
   set_target_properties(onnxruntime_providers_webgpu PROPERTIES BUILD_RPATH "$ORIGIN" INSTALL_RPATH "$ORIGIN")
+  if(onnxruntime_BUILD_DAWN_SHARED_LIBRARY)
+    add_custom_command(TARGET onnxruntime_providers_webgpu POST_BUILD
+      COMMAND ${CMAKE_COMMAND} -E copy_if_different "$<TARGET_FILE:dawn::webgpu_dawn>" "$<TARGET_FILE_DIR:onnxruntime_providers_webgpu>"
+      VERBATIM)
+  endif()
 else()
   target_sources(onnxruntime PRIVATE ${onnxruntime_webgpu_srcs} "${ONNXRUNTIME_ROOT}/core/providers/webgpu/dawn_info.cc")
   target_compile_definitions(onnxruntime PRIVATE USE_WEBGPU=1)
