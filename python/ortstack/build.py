@@ -216,6 +216,7 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
         argv += ["--wheel-dir", str(raw_dir), f"--config-settings=build-dir={build_dir.as_posix()}"]
         argv += [f"--config-settings=cmake.define.{k}={v}" for k, v in defines.items()]
         log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
+        toolchain.start_cache_server(tools, env)
         try:
             _run.run(argv, env=env, log_file=log_file)
         except subprocess.CalledProcessError:
