@@ -92,11 +92,18 @@ def _ort_options_file(options: dict[str, str]) -> bytes:
 
 
 def _last_compiler_error(log_file: Path) -> str:
+    """The line a person needs: the last compiler error, else cmake's error, else the last failed step."""
     text = log_file.read_text(encoding="utf-8", errors="replace")
-    for pattern in (r"^.*\b(?:fatal )?error\b[: ].*$", r"^CMake Error.*$", r"^.*\bFAILED\b.*$"):
-        matches = re.findall(pattern, text, flags=re.MULTILINE | re.IGNORECASE)
+    patterns = (
+        r"^.*:\d+:(?:\d+:)? (?:fatal )?error: .*$",  # gcc, clang
+        r"^.*\berror [A-Z]+\d+: .*$",  # MSVC
+        r"^\s*CMake Error.*\n.*\S.*$",  # cmake, with the line that says what
+        r"^\s*FAILED: .*$",  # ninja
+    )
+    for pattern in patterns:
+        matches = re.findall(pattern, text, flags=re.MULTILINE)
         if matches:
-            return str(matches[-1]).strip()
+            return " ".join(str(matches[-1]).split())
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1].strip() if lines else "(no output)"
 
