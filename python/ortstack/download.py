@@ -28,9 +28,10 @@ class _IncompleteError(OSError):
     """The server closed the connection before sending everything it announced."""
 
 
-def sha256_of(path: Path) -> str:
+def digest_of(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file (``sha256``; ``sha1`` for the pins in ORT's ``cmake/deps.txt``)."""
     with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        return hashlib.file_digest(handle, algorithm).hexdigest()
 
 
 def download(url: str, part: Path, *, attempts: int = 4, backoff: float = 0.5, timeout: float = 60.0) -> None:

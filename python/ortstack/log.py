@@ -92,6 +92,13 @@ def error(message: str, tip: str | None = None) -> None:
         console.print(f"[bold]tip:[/] {escape(tip)}", highlight=False, soft_wrap=True)
 
 
+@contextmanager
+def waiting(message: str) -> Iterator[None]:
+    """A spinner while a long step without its own progress runs (a silent line when not a terminal)."""
+    with console.status(escape(message)):
+        yield
+
+
 def download_progress() -> Progress:
     """A progress bar for byte transfers; silent when stderr is not a terminal."""
     return Progress(
