@@ -478,3 +478,20 @@ def test_cached_download_by_sha1(upstream: Upstream, clean_server: LoopbackServe
     with pytest.raises(ChecksumError, match=f"sha1 mismatch for {upstream.mini_dep_url}: expected {'1' * 40}"):
         get("1" * 40)
     assert sorted(p.name for p in (cache_dir / "archives").iterdir()) == [path.name]
+
+
+def test_resume_a_download_an_earlier_run_left(
+    upstream: Upstream, clean_server: LoopbackServer, tmp_path: Path, cache_dir: Path, base_env: dict[str, str]
+) -> None:
+    """A ``.part`` file left by an interrupted run is continued, and what a crash left is cleaned up."""
+    part = cache_dir / "archives" / f"{upstream.archive_sha256}.tar.gz.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(upstream.archive[:1000])
+    leftover = cache_dir / "sources" / f".tmp-{upstream.commit}-crashed"
+    (leftover / "tree").mkdir(parents=True)
+    stack = load(archive_stack(tmp_path, upstream, url=upstream.archive_url, sha256=upstream.archive_sha256))
+    result = fetch.ensure_source(stack, settings.resolve(base_env, stack_file=stack.path, cache_dir=cache_dir))
+    assert [header for _, header in clean_server.ranges()] == ["bytes=1000-"]
+    assert_tree_is(result.source_dir, upstream, upstream.commit)
+    assert not leftover.exists()
+    assert not part.exists()

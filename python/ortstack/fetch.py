@@ -86,7 +86,7 @@ def ensure_source(
         cached = _cached(cache, pin.commit, start)  # another process may have finished it meanwhile
         if cached is not None:
             return cached
-        cache.remove_stale_temps(cache.sources)
+        cache.remove_stale_temps(cache.sources, pin.commit)
         work = cache.temp_dir(cache.sources, pin.commit)
         try:
             staged = work / "tree"
