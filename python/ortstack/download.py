@@ -7,6 +7,7 @@ caller's job: this module only moves them.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import re
@@ -16,7 +17,7 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 from ortstack import __version__, log
-from ortstack.errors import FetchError
+from ortstack.errors import DiskSpaceError, FetchError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,6 +51,9 @@ def download(url: str, part: Path, *, attempts: int = 4, backoff: float = 0.5, t
         except urllib.error.URLError as exc:
             reason = str(exc.reason)
         except (http.client.HTTPException, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                msg = f"the disk holding {part.parent} is full ({part.stat().st_size} bytes of {url} saved)"
+                raise DiskSpaceError(msg, tip="free some space and run again: the download resumes") from None
             reason = str(exc) or type(exc).__name__
         else:
             return

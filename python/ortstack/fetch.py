@@ -169,7 +169,8 @@ def _fetch_git(pin: OrtPin, cache: Cache, env: Mapping[str, str], tar: Path) -> 
             if head != pin.commit:
                 msg = f"git fetched {head} from {pin.repository}, not the pinned {pin.commit}"
                 raise FetchError(msg, tip="the server answered with another commit; check the repository URL")
-        _git(repo, "archive", "--format=tar", f"--output={tar}", pin.commit, env=env)
+        # One top folder, stripped on extraction like a GitHub archive's: the same code path for both.
+        _git(repo, "archive", "--format=tar", "--prefix=onnxruntime/", f"--output={tar}", pin.commit, env=env)
 
 
 def _git_reason(stderr: str) -> str:
