@@ -495,3 +495,13 @@ def test_resume_a_download_an_earlier_run_left(
     assert_tree_is(result.source_dir, upstream, upstream.commit)
     assert not leftover.exists()
     assert not part.exists()
+
+
+def test_not_enough_disk_space(
+    run_ortstack: RunOrtstack, upstream: Upstream, clean_server: LoopbackServer, tmp_path: Path, cache_dir: Path
+) -> None:
+    stack = archive_stack(tmp_path, upstream, url=upstream.archive_url, sha256=upstream.archive_sha256)
+    too_much = {"ORTSTACK_MIN_FREE_GIB_FETCH": "1e9"}
+    line = one_error(run_ortstack("fetch", "--stack", stack, "--cache-dir", cache_dir, env=too_much), 9)
+    assert f"fetch needs 1000000000.0 GiB free under {cache_dir}" in line
+    assert clean_server.requests() == 0  # checked before any download
