@@ -137,7 +137,7 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
     variant_defines = variants.validate(variant, platform, tree)
     plan = variants.KINDS[variant.kind].wheel(variant, platform)
     dependencies = deps.read(tree)
-    mirror = settings.cache_dir / "deps-mirror"
+    mirror = deps.mirror_path(settings)
     build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
     jobs = toolchain.parallel_jobs(stack.build, request.jobs)
     ort_options = {

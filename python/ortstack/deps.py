@@ -12,17 +12,22 @@ configures. ``dawn_third_party_missing`` finds those before anything is compiled
 
 from __future__ import annotations
 
-import hashlib
 import re
+import shutil
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ortstack import log
-from ortstack.download import download
-from ortstack.errors import ChecksumError, ConfigError, FetchError
+from ortstack import fetch
+from ortstack.errors import ConfigError, FetchError
+
+if TYPE_CHECKING:
+    from ortstack.cache import Cache
+    from ortstack.config import Stack
+    from ortstack.settings import Settings
 
 DEPS_FILE = PurePosixPath("cmake/deps.txt")
 MIRROR_DEFINE = "onnxruntime_CMAKE_DEPS_MIRROR_DIR"
@@ -88,34 +93,34 @@ def dawn_revision(dependencies: list[Dependency]) -> str:
     return ""
 
 
-def _sha1_of(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha1").hexdigest()
-
-
-def _fetch_one(dependency: Dependency, mirror: Path) -> str:
+def _fetch_one(dependency: Dependency, mirror: Path, cache: Cache) -> str:
     target = dependency.mirror_path(mirror)
-    if target.is_file() and (not dependency.sha1 or _sha1_of(target) == dependency.sha1):
-        return "cached"
+    if target.is_file():
+        return "in mirror"
+    # The content-addressed cache verifies the sha1; the mirror only links to what it holds.
+    if not dependency.sha1:
+        msg = f"deps.txt entry {dependency.name} has no sha1 to verify {dependency.url} against"
+        raise FetchError(msg, tip="onnxruntime pins every dependency by sha1; check the deps.txt line")
+    cached = fetch.cached_download(cache, dependency.url, digest=dependency.sha1, algorithm="sha1")
     target.parent.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(target.name + ".part")
-    download(dependency.url, part)
-    actual = _sha1_of(part)
-    if dependency.sha1 and actual != dependency.sha1:
-        part.unlink()
-        msg = f"deps.txt entry {dependency.name}: {dependency.url} has sha1 {actual}, deps.txt pins {dependency.sha1}"
-        raise ChecksumError(msg, tip="the server sent other bytes than the pin names; check the URL or the pin")
-    part.replace(target)
+    staged = target.with_name(target.name + ".tmp")
+    staged.unlink(missing_ok=True)
+    try:
+        staged.hardlink_to(cached)
+    except OSError:  # another file system, or no hard links there
+        shutil.copyfile(cached, staged)
+    staged.replace(target)
     return "downloaded"
 
 
-def mirror_all(dependencies: list[Dependency], mirror: Path, *, jobs: int = 8) -> dict[str, str]:
-    """Download every dependency missing from ``mirror`` in parallel; returns name -> what happened."""
+def mirror_all(dependencies: list[Dependency], mirror: Path, cache: Cache, *, jobs: int = 8) -> dict[str, str]:
+    """Put every dependency into ``mirror``, downloading in parallel; returns name -> what happened."""
     mirror.mkdir(parents=True, exist_ok=True)
+    cache.ensure()
     outcomes: dict[str, str] = {}
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(_fetch_one, dep, mirror): dep for dep in dependencies}
+        futures = {pool.submit(_fetch_one, dep, mirror, cache): dep for dep in dependencies}
         for future, dependency in futures.items():
             try:
                 outcomes[dependency.name] = future.result()
@@ -126,8 +131,6 @@ def mirror_all(dependencies: list[Dependency], mirror: Path, *, jobs: int = 8) -
     if errors:
         msg = f"{len(errors)} of {len(dependencies)} deps.txt entries failed: " + "; ".join(errors)
         raise FetchError(msg, tip="run `ortstack fetch --deps` again; finished downloads are kept")
-    for name, outcome in sorted(outcomes.items()):
-        log.info(f"{name}: {outcome}")
     return outcomes
 
 
@@ -152,3 +155,17 @@ def dawn_third_party_missing(archive: Path) -> list[str]:
     present = {PurePosixPath(n).parts[1:3] for n in names if len(PurePosixPath(n).parts) > 2}  # noqa: PLR2004
     wanted = sorted(set(re.findall(r"['\"](third_party/[\w.+-]+)['\"]\s*:", text)))
     return [f"{top}/{path}" for path in wanted if tuple(PurePosixPath(path).parts) not in present]
+
+
+def mirror_path(settings: Settings) -> Path:
+    """Where the deps mirror lives: in the cache, shared by every build of every variant."""
+    return settings.cache_dir / "deps-mirror"
+
+
+def mirror_for(settings: Settings, source_dir: Path, stack: Stack) -> str:
+    """Mirror the deps.txt of the pin and of every prepared tree (a patch may change deps.txt)."""
+    trees = [source_dir] + [settings.work_dir / "prepared" / v.name for v in stack.variants]
+    wanted = {dep.url: dep for tree in trees if (tree / DEPS_FILE).is_file() for dep in read(tree)}
+    outcomes = mirror_all(list(wanted.values()), mirror_path(settings), fetch.cache_for(settings))
+    fetched = sum(1 for outcome in outcomes.values() if outcome == "downloaded")
+    return f"{len(outcomes)} deps.txt entries in {mirror_path(settings)} ({fetched} downloaded now)"
