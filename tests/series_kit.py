@@ -95,6 +95,7 @@ class Project:
             "ort": {"repository": self.repository, "commit": commit or self.commit},
             "patch": [dict(e) for e in entries],
         }
+        self.root.mkdir(parents=True, exist_ok=True)
         self.stack_file.write_text(tomli_w.dumps(document), encoding="utf-8")
         return config.load(self.stack_file)
 

@@ -6,6 +6,7 @@ left in a prepared tree, and says what to run when something is missing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ortstack import log, prepare, series
@@ -59,7 +60,7 @@ def _guard(stack: Stack, entry: PatchEntry, tree: Path | None, platform: str) ->
         return "-"
     if tree is None:
         return "not checked"
-    single = stack.__class__(ort=stack.ort, patches=(entry,), path=stack.path)
+    single = dataclasses.replace(stack, patches=(entry,))
     try:
         prepare.check_guards(single, tree, platform)
     except PatchError:
