@@ -20,6 +20,7 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import threading
 import zipfile
 from collections.abc import Callable
@@ -337,7 +338,10 @@ class Upstream:
         return head
 
     def file_at(self, commit: str, relative: str) -> bytes:
-        return git("show", f"{commit}:{relative}", cwd=self.work, env=self.env).encode()
+        """The exact bytes of ``relative`` at ``commit``."""
+        argv = ["git", "cat-file", "blob", f"{commit}:{relative}"]
+        env = {**self.env, **GIT_ENV_FIXED}
+        return subprocess.run(argv, cwd=self.work, env=env, capture_output=True, check=True).stdout
 
     def tree_files(self, commit: str) -> list[str]:
         return git("ls-tree", "-r", "--name-only", commit, cwd=self.work, env=self.env).splitlines()
@@ -378,3 +382,13 @@ def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str])
         archive=archive,
         archive_sha256=hashlib.sha256(archive).hexdigest(),
     )
+
+
+def stack_toml(*, repository: str, commit: str, archive_url: str = "", archive_sha256: str = "") -> str:
+    """A minimal ``stack.toml`` pinning ``commit``; extend the text for patches and variants."""
+    lines = ["[ort]", f'repository = "{repository}"', f'commit = "{commit}"']
+    if archive_url:
+        lines.append(f'archive_url = "{archive_url}"')
+    if archive_sha256:
+        lines.append(f'archive_sha256 = "{archive_sha256}"')
+    return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -61,6 +62,11 @@ def step(title: str) -> Iterator[None]:
 
 def info(message: str) -> None:
     console.print(f"    {message}", markup=False)
+
+
+def success(message: str) -> None:
+    """The one-line summary a verb ends with."""
+    console.print(f"[bold green]ok:[/] {escape(message)}", soft_wrap=True, highlight=False)
 
 
 def warn(message: str) -> None:
