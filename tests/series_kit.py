@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import tomli_w
 
 from ortstack import config, patchfile
+from ortstack.cache import make_read_only
 from upstream import GIT_ENV_FIXED
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def tree_of(upstream: Upstream, commit: str) -> str:
 
 
 def extract(upstream: Upstream, commit: str, dest: Path) -> Path:
-    """The source of ``commit`` as a plain folder, the way the cache holds it."""
+    """The source of ``commit`` as a read-only folder, the way the cache holds it."""
     data = subprocess.run(
         ["git", "archive", "--format=tar", commit],
         cwd=upstream.work,
@@ -68,6 +69,7 @@ def extract(upstream: Upstream, commit: str, dest: Path) -> Path:
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         archive.extractall(dest, filter="data")
+    make_read_only(dest)
     return dest
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ortstack import log, prepare, series
+from ortstack import prepare, series
 from ortstack.errors import PatchError
+from ortstack.lockfile import Lock
+from ortstack.status import Section
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from ortstack.config import PatchEntry, Stack
-    from ortstack.lockfile import Lock
+    from ortstack.status import StatusContext
 
 _OUTCOME_TEXT = {
     "applied": "applies",
@@ -108,19 +110,22 @@ def rows(stack: Stack, lock: Lock, work_dir: Path, platform: str) -> list[list[s
     return table
 
 
-def show(stack: Stack, lock: Lock, work_dir: Path, platform: str) -> None:
-    """Print the pin and the series, and say plainly what is missing and how to get it."""
-    log.info(f"onnxruntime pin: {stack.ort.commit} ({stack.ort.repository})")
+def section(context: StatusContext) -> Section | None:
+    """The series on this machine's platform; says plainly what is not vendored and how to vendor it."""
+    stack, settings = context.stack, context.settings
+    if not stack.patches:
+        return None
+    platform = series.host_platform()
+    lock = Lock.load(settings.lock_file)
     columns = ["patch", "origin", "file", f"on {platform}", "guard", "platforms"]
-    log.table(
-        f"patch series ({len(stack.patches)} entries, {stack.path.name})",
-        columns,
-        rows(stack, lock, work_dir, platform),
-    )
     missing = [e.id for e in stack.patches if not series.is_vendored(stack, e)]
+    notes: tuple[str, ...] = ()
     if missing:
-        log.warn(
-            f"{len(missing)} of {len(stack.patches)} entries are not vendored yet: {', '.join(missing)}.\n"
+        note = (
+            f"{len(missing)} of {len(stack.patches)} patch entries are not vendored yet: {', '.join(missing)}. "
             f"Vendor them with: {series.REFRESH_COMMAND}. A networked `nox -s build` also vendors them once "
             "(trust-on-first-use, recorded in stack.lock); `--locked` builds refuse until they are vendored."
         )
+        notes = (note,)
+    title = f"patch series ({len(stack.patches)} entries, pin {stack.ort.commit[:12]})"
+    return Section(title=title, columns=columns, rows=rows(stack, lock, settings.work_dir, platform), notes=notes)

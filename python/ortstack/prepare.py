@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 import shutil
-import sys
+import stat
 import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from filelock import FileLock, Timeout
 
 from ortstack import _git, log, patchfile, series
+from ortstack.cache import remove_tree
 from ortstack.errors import LockBusyError, PatchError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Iterator, Mapping
 
     from ortstack.config import PatchEntry, Stack
     from ortstack.lockfile import Lock
@@ -116,19 +117,6 @@ def locked(path: Path, *, wait: bool) -> Iterator[None]:
         raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
 
 
-def rmtree(path: Path) -> None:
-    """Remove a tree, including git's read-only object files (which Windows refuses to delete)."""
-
-    def make_writable(function: Callable[..., object], target: str, *_: object) -> None:
-        Path(target).chmod(0o700)
-        function(target)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=make_writable)
-    else:
-        shutil.rmtree(path, onerror=make_writable)
-
-
 def unsaved_work(tree: Path, state: Prepared, env: Mapping[str, str]) -> str:
     """Describe edits in ``tree`` that a rebuild would throw away; empty when there are none."""
     changes = _git.out(["status", "--porcelain"], cwd=tree, env=env)
@@ -163,12 +151,19 @@ def _guard_tip(entry: PatchEntry) -> str:
     return f"the patch no longer makes the change its guard expects: refresh {entry.id} or fix its guard"
 
 
+def _copy_writable(source: str, destination: str) -> None:
+    # The cached source is read-only; the prepared tree is for editing.
+    shutil.copy2(source, destination)
+    Path(destination).chmod(stat.S_IMODE(Path(destination).stat().st_mode) | stat.S_IWUSR)
+
+
 def _copy_source(source: Path, destination: Path) -> None:
     shutil.copytree(
         source,
         destination,
         symlinks=True,
         dirs_exist_ok=True,
+        copy_function=_copy_writable,
         ignore=lambda folder, _names: [".git"] if Path(folder) == source else [],
     )
 
@@ -257,12 +252,12 @@ def _swap(new: Path, target: Path) -> None:
     """Put ``new`` at ``target``; the old tree is moved aside first and removed only afterwards."""
     old = target.with_name(f".{target.name}.old")
     if old.exists():
-        rmtree(old)
+        remove_tree(old)
     if target.exists():
         target.rename(old)
     new.rename(target)
     if old.exists():
-        rmtree(old)
+        remove_tree(old)
 
 
 def prepare(
@@ -307,6 +302,6 @@ def prepare(
             _swap(new, target)
         except BaseException:
             if new.exists():
-                rmtree(new)
+                remove_tree(new)
             raise
     return prepared
