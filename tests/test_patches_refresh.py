@@ -195,10 +195,12 @@ def test_build_vendors_missing_patch_once_and_locked_refuses(
     lock_file = project.stack_file.with_suffix(".lock")
 
     with pytest.raises(PatchError, match=r"is not vendored .* --locked forbids downloading it"):
-        refresh.vendor_missing(stack, Lock.load(lock_file, locked=True), env=env, cache_dir=tmp_path / "c")
+        refresh.vendor_missing(
+            stack, Lock.load(lock_file, locked=True), platform="linux", env=env, cache_dir=tmp_path / "c"
+        )
     assert not (project.root / "patches").exists()
 
-    refresh.vendor_missing(stack, Lock.load(lock_file), env=env, cache_dir=tmp_path / "c")
+    refresh.vendor_missing(stack, Lock.load(lock_file), platform="linux", env=env, cache_dir=tmp_path / "c")
     data = (project.root / "patches" / "0001-empty-weights.patch").read_bytes()
     lock = Lock.load(lock_file, locked=True)
     assert lock.get("patch.empty-weights.sha256") == patchfile.sha256_hex(data)
@@ -206,7 +208,9 @@ def test_build_vendors_missing_patch_once_and_locked_refuses(
     assert "sha256" not in pinned(project)[0]  # a build records in the lock, never in stack.toml
 
     clean_server.reset_counts()
-    refresh.vendor_missing(stack, lock, env=env, cache_dir=tmp_path / "c")  # vendored now: no download
+    refresh.vendor_missing(
+        stack, lock, platform="linux", env=env, cache_dir=tmp_path / "c"
+    )  # vendored now: no download
     assert clean_server.requests() == 0
     (project.root / "patches" / "0001-empty-weights.patch").write_bytes(data + b"\n")
     with pytest.raises(PatchError, match=r"has sha256 .* but the series pins"):

@@ -32,6 +32,8 @@ def _origin(entry: PatchEntry, lock: Lock) -> str:
     origin = entry.origin
     head = series.pinned_head(entry, lock)
     at = f" @ {head[:12]}" if head else " (head not pinned yet)"
+    if entry.mode == "in-base":
+        at = " (merged upstream)"
     if origin.kind == "pr":
         return f"PR #{origin.pr}{at}"
     if origin.kind == "commit":
@@ -117,7 +119,7 @@ def section(context: StatusContext) -> Section | None:
         return None
     platform = series.host_platform()
     lock = Lock.load(settings.lock_file)
-    columns = ["patch", "origin", "file", f"on {platform}", "guard", "platforms"]
+    columns = ["patch", "origin", "vendored", f"on {platform}", "guard", "platforms"]
     missing = [e.id for e in stack.patches if not series.is_vendored(stack, e)]
     notes: tuple[str, ...] = ()
     if missing:
@@ -127,5 +129,10 @@ def section(context: StatusContext) -> Section | None:
             "(trust-on-first-use, recorded in stack.lock); `--locked` builds refuse until they are vendored."
         )
         notes = (note,)
+    headless = [
+        e.id for e in stack.patches if e.id in missing and e.origin.kind in ("commit", "compare") and not e.origin.head
+    ]
+    if headless:
+        notes += (f"{', '.join(headless)}: set origin.head in {stack.path.name} first (the commit is not known yet).",)
     title = f"patch series ({len(stack.patches)} entries, pin {stack.ort.commit[:12]})"
     return Section(title=title, columns=columns, rows=rows(stack, lock, settings.work_dir, platform), notes=notes)

@@ -272,7 +272,7 @@ def prepare(
     force: bool = False,
 ) -> Prepared:
     """Make ``target`` hold ``source`` with the series applied for ``platform``, reusing it if unchanged."""
-    verified = series.verify_series(stack, lock)
+    verified = series.verify_series(stack, lock, platform)
     wanted = fingerprint(stack, verified, platform)
     with locked(target, wait=wait):
         current = read_state(target)

@@ -213,10 +213,12 @@ def record_in_stack(stack: Stack, pins: dict[str, dict[str, str]]) -> None:
     write_atomic(stack.path, tomlkit.dumps(document).encode("utf-8"))
 
 
-def vendor_missing(stack: Stack, lock: Lock, *, env: Mapping[str, str], cache_dir: Path) -> None:
-    """Vendor entries whose files are missing, once (trust-on-first-use); refuse under ``--locked``."""
+def vendor_missing(stack: Stack, lock: Lock, *, platform: str, env: Mapping[str, str], cache_dir: Path) -> None:
+    """Vendor the missing entries ``platform`` needs, once (trust-on-first-use); refuse under ``--locked``."""
     for entry in stack.patches:
         if entry.mode != "apply" or entry.origin.kind == "local" or series.is_vendored(stack, entry):
+            continue
+        if not series.applies_on(entry, platform):
             continue
         if lock.locked:
             msg = f"patch {entry.id} is not vendored ({entry.file} is missing) and --locked forbids downloading it"

@@ -111,6 +111,11 @@ def verify(stack: Stack, entry: PatchEntry, lock: Lock) -> Verified:
     return Verified(entry=entry, path=path, sha256=found, patch=parsed, hunks=hunks)
 
 
-def verify_series(stack: Stack, lock: Lock) -> list[Verified]:
-    """Verify every vendored entry, whichever platform it is for: a corrupt file is caught anywhere."""
-    return [verify(stack, entry, lock) for entry in stack.patches if entry.mode == "apply"]
+def verify_series(stack: Stack, lock: Lock, platform: str) -> list[Verified]:
+    """Verify the entries for ``platform`` (they must be vendored) and every other vendored file:
+    a corrupt file is caught on any platform."""
+    return [
+        verify(stack, entry, lock)
+        for entry in stack.patches
+        if entry.mode == "apply" and (applies_on(entry, platform) or is_vendored(stack, entry))
+    ]

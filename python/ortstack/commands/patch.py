@@ -42,7 +42,8 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     if args.export:
         export.export(stack, prepare.tree_path(settings.work_dir, variants[0]), settings.env)
         return 0
-    refresh.vendor_missing(stack, lock, env=settings.env, cache_dir=settings.cache_dir)
+    platform = args.platform or series.host_platform()
+    refresh.vendor_missing(stack, lock, platform=platform, env=settings.env, cache_dir=settings.cache_dir)
     source = fetch.ensure_source(stack, settings, source_dir=args.source_dir).source_dir
     for name in variants:
         prepare.prepare(
@@ -50,7 +51,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
             lock,
             source=source,
             target=prepare.tree_path(settings.work_dir, name),
-            platform=args.platform or series.host_platform(),
+            platform=platform,
             env=settings.env,
             wait=settings.wait_for_lock,
             force=args.force,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ortstack import config, log, patchfile, refresh, series
-from ortstack.errors import PatchError
+from ortstack.errors import OrtstackError, PatchError
 from ortstack.lockfile import Lock
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         raise PatchError(msg, tip=f"known: {', '.join(sorted(known))}")
     chosen = [e for e in stack.patches if e.mode == "apply" and (not args.ids or e.id in args.ids)]
     pins: dict[str, dict[str, str]] = {}
+    failed: list[tuple[str, OrtstackError]] = []
     for entry in chosen:
         if args.rehash:
             if series.is_vendored(stack, entry):
@@ -47,13 +48,22 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
             continue
         if entry.origin.kind == "local":
             continue
-        with log.step(f"refreshing {entry.id} from {entry.origin.repository}"):
-            head, sha256 = refresh.download(
-                stack, entry, lock, via=args.via, update=args.update, env=settings.env, cache_dir=settings.cache_dir
-            )
+        try:
+            with log.step(f"refreshing {entry.id} from {entry.origin.repository}"):
+                head, sha256 = refresh.download(
+                    stack, entry, lock, via=args.via, update=args.update, env=settings.env, cache_dir=settings.cache_dir
+                )
+        except OrtstackError as exc:
+            log.error(f"{entry.id}: {exc.message}", exc.tip)
+            failed.append((entry.id, exc))
+            continue
         pins[entry.id] = {"sha256": sha256, "head": head}
         changed = "unchanged" if sha256 == entry.sha256 else f"sha256 {entry.sha256 or '(none)'} -> {sha256}"
         log.info(f"{entry.id}: {entry.file} at {head[:12]}, {changed}")
     refresh.record_in_stack(stack, pins)
     log.info(f"recorded {len(pins)} entries in {stack.path}")
+    if failed:
+        names = ", ".join(name for name, _ in failed)
+        msg = f"{len(failed)} entries could not be refreshed: {names} (the others were recorded)"
+        raise PatchError(msg, tip=failed[0][1].tip)
     return 0
