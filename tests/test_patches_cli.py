@@ -91,9 +91,9 @@ def test_default_stack_status_names_every_mission_entry(tmp_path: Path, run_orts
     assert result.returncode == 0, result.stderr
     rows = {cells[0]: cells for cells in table_rows(result.stderr) if len(cells) == 6}
     telemetry = rows["telemetry-shutdown-skip"]
-    assert (telemetry[1], telemetry[4]) == ("NOT VENDORED", "windows")
+    assert (telemetry[2], telemetry[5]) == ("NOT VENDORED", "windows")
     if sys.platform.startswith("linux"):
-        assert telemetry[2] == "skipped on linux"
+        assert telemetry[3] == "skipped on linux"
     assert rows["matmulnbits-qlora"][1:3] == ["PR #33370 @ 507021fd21", "NOT VENDORED"]
     assert rows["paged-attention-qk-norm"][1:4] == [
         "PR #32808 (merged upstream)",
