@@ -6,9 +6,10 @@ import re
 from typing import TYPE_CHECKING
 
 import pytest
+from filelock import FileLock
 
 from ortstack import _git, patchfile, prepare
-from ortstack.errors import PatchError
+from ortstack.errors import LockBusyError, PatchError
 from ortstack.lockfile import Lock
 from series_kit import (
     EMPTY_WEIGHTS,
@@ -173,7 +174,7 @@ def test_conflict_names_patch_file_and_hunk_and_keeps_previous_tree(
     assert sorted(p.name for p in prepared.path.parent.iterdir()) == ["webgpu", "webgpu.lock"]
 
 
-@pytest.mark.parametrize("damage", ["sha256", "hunk-header", "outside"])
+@pytest.mark.parametrize("damage", ["sha256", "hunk-header", "hunk-length", "outside"])
 def test_corrupt_patch_is_rejected_before_anything_is_applied(
     upstream: Upstream, project: Project, source: Path, tmp_path: Path, base_env: dict[str, str], damage: str
 ) -> None:
@@ -181,6 +182,8 @@ def test_corrupt_patch_is_rejected_before_anything_is_applied(
     second = format_patch(upstream, commit_edits(upstream, [QK_NORM], "QK norm", upstream.commit))
     if damage == "hunk-header":
         second = re.sub(r"^(@@ -\S+ \+\S+) @@", r"\1", second, count=1, flags=re.MULTILINE)
+    elif damage == "hunk-length":
+        second = re.sub(r"^@@ -(\d+),(\d+) ", r"@@ -\1,40 ", second, count=1, flags=re.MULTILINE)
     elif damage == "outside":
         second = second.replace(PAGED, "../outside")
     bad = project.entry("qk-norm", "0002-qk.patch", second)
@@ -194,6 +197,7 @@ def test_corrupt_patch_is_rejected_before_anything_is_applied(
     expected = {
         "sha256": f"has sha256 {patchfile.sha256_hex(second.encode())}, but the series pins {'0' * 64}",
         "hunk-header": "0002-qk.patch is corrupt: broken hunk header",
+        "hunk-length": "0002-qk.patch is corrupt: Hunk",
         "outside": "0002-qk.patch touches '../outside', outside the source tree",
     }[damage]
     assert expected in failure.value.message
@@ -250,3 +254,22 @@ def test_unchanged_tree_is_reused_and_hand_work_is_protected(
     rebuilt = run_prepare(project.write([]), source, tmp_path, base_env, force=True)
     assert not marker.exists()
     assert rebuilt.outcomes == ()
+
+
+def test_a_busy_prepared_tree_fails_at_once_without_waiting(
+    upstream: Upstream, project: Project, source: Path, tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    stack = project.write([])
+    target = prepare.tree_path(tmp_path / "work", "webgpu")
+    target.parent.mkdir(parents=True)
+    with FileLock(f"{target}.lock"), pytest.raises(LockBusyError, match="another ortstack run is preparing"):
+        prepare.prepare(
+            stack,
+            Lock.load(tmp_path / "x.lock"),
+            source=source,
+            target=target,
+            platform="linux",
+            env=base_env,
+            wait=False,
+        )
+    assert not target.exists()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import tomllib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,8 +16,6 @@ from ortstack.lockfile import Lock
 from series_kit import EMPTY_WEIGHTS, MATMUL, QK_NORM, Project, commit_edits, extract, git_out, tree_of
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from upstream import LoopbackServer, Upstream
 
 QLORA_HUNK = (MATMUL, "  return n * blocks_per_column", "  // lora\n  return n * blocks_per_column")
@@ -224,3 +224,24 @@ def test_build_vendors_missing_patch_once_and_locked_refuses(
         )
     with pytest.raises(ConfigError):
         lock.resolve("patch.empty-weights.sha256", "f" * 64, what="a changed digest")
+
+
+def test_recording_pins_edits_the_default_stack_minimally(tmp_path: Path) -> None:
+    original = (Path(__file__).parents[1] / "stack.toml").read_text()
+    copy = tmp_path / "stack.toml"
+    copy.write_text(original)
+    pins = {"matmulnbits-qlora": {"sha256": "a" * 64, "head": "507021fd21" + "0" * 30}}
+
+    refresh.record_in_stack(config.load(copy), pins)
+
+    changed = [
+        line for line in difflib.ndiff(original.splitlines(), copy.read_text().splitlines()) if line[:2] in ("- ", "+ ")
+    ]
+    origin = 'origin = { kind = "pr", repository = "https://github.com/microsoft/onnxruntime", pr = 33370, head = '
+    assert changed == [
+        f'- {origin}"507021fd21" }}',
+        f'+ {origin}"507021fd21{"0" * 30}" }}',
+        f'+ sha256 = "{"a" * 64}"',
+    ]
+    entry = config.load(copy).patches[2]
+    assert (entry.sha256, entry.origin.head) == ("a" * 64, "507021fd21" + "0" * 30)

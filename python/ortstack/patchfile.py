@@ -176,7 +176,7 @@ def validate(patch: PatchFile, name: str) -> PatchSet:
     try:
         parsed = PatchSet(patch.diff)
     except UnidiffParseError as exc:
-        msg = f"patch {name} is corrupt: {exc}"
+        msg = f"patch {name} is corrupt: {str(exc).strip()}"
         raise PatchError(msg, tip="vendor the patch again (ortstack refresh-patches) or fix the hunk") from None
     for path in _diff_paths(patch.diff):
         if not _safe_path(path):
