@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from typing import TYPE_CHECKING
 
 import filelock
@@ -17,8 +18,9 @@ import pytest
 
 from clirun import RunOrtstack, one_error
 from ortstack import fetch, settings
+from ortstack.cache import Cache
 from ortstack.config import load
-from ortstack.errors import FetchError
+from ortstack.errors import ChecksumError, FetchError
 from upstream import Fault, LoopbackServer, Upstream, git, stack_toml
 
 if TYPE_CHECKING:
@@ -427,3 +429,69 @@ def test_two_fetches_at_once(
     assert [run.returncode for run in runs] == [0, 0], outputs
     assert clean_server.requests() == 1  # the second one found the first one's tree
     assert_tree_is(cache_dir / "sources" / upstream.commit, upstream, upstream.commit)
+
+
+# --------------------------------------------------------------------------------------------------
+# Zip archives and other cached downloads.
+
+
+def test_zip_archive(
+    upstream: Upstream, clean_server: LoopbackServer, tmp_path: Path, cache_dir: Path, base_env: dict[str, str]
+) -> None:
+    zipped = tmp_path / "source.zip"
+    prefix = f"--prefix=onnxruntime-{upstream.commit}/"
+    git("archive", "--format=zip", prefix, "-o", str(zipped), upstream.commit, cwd=upstream.work, env=base_env)
+    url = clean_server.add(f"/zip/{upstream.commit}.zip", zipped.read_bytes())
+    stack = load(archive_stack(tmp_path, upstream, url=url))
+    result = fetch.ensure_source(stack, settings.resolve(base_env, stack_file=stack.path, cache_dir=cache_dir))
+    assert result.archive_sha256 == hashlib.sha256(zipped.read_bytes()).hexdigest()
+    assert_tree_is(result.source_dir, upstream, upstream.commit)
+
+
+def test_zip_member_escaping(
+    run_ortstack: RunOrtstack, upstream: Upstream, clean_server: LoopbackServer, tmp_path: Path, cache_dir: Path
+) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        bundle.writestr("onnxruntime-x/VERSION_NUMBER", "1.31.0\n")
+        bundle.writestr("onnxruntime-x/../../escaped.txt", "evil")
+    url = clean_server.add("/evil/dotdot.zip", buffer.getvalue())
+    stack = archive_stack(tmp_path, upstream, url=url, commit="f" * 40)
+    line = one_error(run_ortstack("fetch", "--stack", stack, "--cache-dir", cache_dir), 4)
+    assert f"{url}: refusing member 'onnxruntime-x/../../escaped.txt'" in line
+    assert not list(tmp_path.rglob("escaped.txt"))
+
+
+def test_cached_download_by_sha1(upstream: Upstream, clean_server: LoopbackServer, cache_dir: Path) -> None:
+    """The way deps.txt pins are fetched: SHA1, cached under the digest, no network when present."""
+    cache = Cache(root=cache_dir)
+
+    def get(digest: str) -> Path:
+        return fetch.cached_download(cache, upstream.mini_dep_url, digest=digest, algorithm="sha1", suffix=".zip")
+
+    path = get(upstream.mini_dep_sha1)
+    assert path == cache_dir / "archives" / f"sha1-{upstream.mini_dep_sha1}.zip"
+    assert hashlib.sha1(path.read_bytes()).hexdigest() == upstream.mini_dep_sha1
+    clean_server.reset_counts()
+    assert get(upstream.mini_dep_sha1) == path
+    assert clean_server.requests() == 0
+    with pytest.raises(ChecksumError, match=f"sha1 mismatch for {upstream.mini_dep_url}: expected {'1' * 40}"):
+        get("1" * 40)
+    assert sorted(p.name for p in (cache_dir / "archives").iterdir()) == [path.name]
+
+
+def test_resume_a_download_an_earlier_run_left(
+    upstream: Upstream, clean_server: LoopbackServer, tmp_path: Path, cache_dir: Path, base_env: dict[str, str]
+) -> None:
+    """A ``.part`` file left by an interrupted run is continued, and what a crash left is cleaned up."""
+    part = cache_dir / "archives" / f"{upstream.archive_sha256}.tar.gz.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(upstream.archive[:1000])
+    leftover = cache_dir / "sources" / f".tmp-{upstream.commit}-crashed"
+    (leftover / "tree").mkdir(parents=True)
+    stack = load(archive_stack(tmp_path, upstream, url=upstream.archive_url, sha256=upstream.archive_sha256))
+    result = fetch.ensure_source(stack, settings.resolve(base_env, stack_file=stack.path, cache_dir=cache_dir))
+    assert [header for _, header in clean_server.ranges()] == ["bytes=1000-"]
+    assert_tree_is(result.source_dir, upstream, upstream.commit)
+    assert not leftover.exists()
+    assert not part.exists()

@@ -317,7 +317,8 @@ class Upstream:
     def add_commit(self, files: Mapping[str, str | None], message: str, *, parent: str | None = None) -> str:
         """Commit ``files`` (path -> text, ``None`` deletes) on top of ``parent`` (default ``commit``).
 
-        The commit is made on a detached HEAD and pushed nowhere; returns its id.
+        The commit is made on a detached HEAD and pushed nowhere (``add_pull_request`` publishes one);
+        the work tree is back on ``main`` afterwards. Returns the new commit's id.
         """
         git("checkout", "--quiet", "--detach", parent or self.commit, cwd=self.work, env=self.env)
         for relative, text in files.items():
@@ -329,7 +330,9 @@ class Upstream:
             target.write_text(text, encoding="utf-8")
             git("add", relative, cwd=self.work, env=self.env)
         git("commit", "--quiet", "-m", message, cwd=self.work, env=self.env)
-        return git("rev-parse", "HEAD", cwd=self.work, env=self.env)
+        made = git("rev-parse", "HEAD", cwd=self.work, env=self.env)
+        git("checkout", "--quiet", "main", cwd=self.work, env=self.env)  # the work tree shows ``commit`` again
+        return made
 
     def add_pull_request(self, number: int, files: Mapping[str, str | None], message: str) -> str:
         """A PR head commit on top of ``commit``, published as ``refs/pull/<number>/head``."""

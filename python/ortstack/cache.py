@@ -121,10 +121,10 @@ class Cache:
         write_atomic(self.source_marker(commit), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
         return final
 
-    def remove_stale_temps(self, parent: Path) -> None:
-        """Remove what crashed runs left behind; call only while holding the entry's lock."""
+    def remove_stale_temps(self, parent: Path, name: str) -> None:
+        """Remove what crashed runs left while building ``name``; call only while holding its lock."""
         if parent.is_dir():
-            for leftover in parent.glob(f"{TEMP_PREFIX}*"):
+            for leftover in parent.glob(f"{TEMP_PREFIX}{name}-*"):
                 remove_tree(leftover)
 
 

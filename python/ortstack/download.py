@@ -7,6 +7,7 @@ caller's job: this module only moves them.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import re
@@ -16,7 +17,7 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 from ortstack import __version__, log
-from ortstack.errors import FetchError
+from ortstack.errors import DiskSpaceError, FetchError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,9 +29,10 @@ class _IncompleteError(OSError):
     """The server closed the connection before sending everything it announced."""
 
 
-def sha256_of(path: Path) -> str:
+def digest_of(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file (``sha256``; ``sha1`` for the pins in ORT's ``cmake/deps.txt``)."""
     with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        return hashlib.file_digest(handle, algorithm).hexdigest()
 
 
 def download(url: str, part: Path, *, attempts: int = 4, backoff: float = 0.5, timeout: float = 60.0) -> None:
@@ -49,6 +51,9 @@ def download(url: str, part: Path, *, attempts: int = 4, backoff: float = 0.5, t
         except urllib.error.URLError as exc:
             reason = str(exc.reason)
         except (http.client.HTTPException, OSError) as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                msg = f"the disk holding {part.parent} is full ({part.stat().st_size} bytes of {url} saved)"
+                raise DiskSpaceError(msg, tip="free some space and run again: the download resumes") from None
             reason = str(exc) or type(exc).__name__
         else:
             return

@@ -86,7 +86,7 @@ def ensure_source(
         cached = _cached(cache, pin.commit, start)  # another process may have finished it meanwhile
         if cached is not None:
             return cached
-        cache.remove_stale_temps(cache.sources)
+        cache.remove_stale_temps(cache.sources, pin.commit)
         work = cache.temp_dir(cache.sources, pin.commit)
         try:
             staged = work / "tree"
@@ -148,9 +148,19 @@ def _fetch_git(pin: OrtPin, cache: Cache, env: Mapping[str, str], tar: Path) -> 
             _run.run(["git", "init", "--quiet", "--bare", str(repo)], env=git_env(env), capture=True, quiet=True)
         if _git(repo, "cat-file", "-e", f"{pin.commit}^{{commit}}", env=env, check=False).returncode != 0:
             log.command(f"git fetch --depth 1 {pin.repository} {pin.commit}")
-            fetched = _git(
-                repo, "fetch", "--quiet", "--depth", "1", "--no-tags", pin.repository, pin.commit, env=env, check=False
-            )
+            with log.waiting(f"fetching {pin.commit[:12]} from {pin.repository}"):
+                fetched = _git(
+                    repo,
+                    "fetch",
+                    "--quiet",
+                    "--depth",
+                    "1",
+                    "--no-tags",
+                    pin.repository,
+                    pin.commit,
+                    env=env,
+                    check=False,
+                )
             if fetched.returncode != 0:
                 msg = f"git could not fetch commit {pin.commit} from {pin.repository}: {_git_reason(fetched.stderr)}"
                 tip = "check that the commit exists in that repository and that the URL is reachable"
@@ -159,7 +169,8 @@ def _fetch_git(pin: OrtPin, cache: Cache, env: Mapping[str, str], tar: Path) -> 
             if head != pin.commit:
                 msg = f"git fetched {head} from {pin.repository}, not the pinned {pin.commit}"
                 raise FetchError(msg, tip="the server answered with another commit; check the repository URL")
-        _git(repo, "archive", "--format=tar", f"--output={tar}", pin.commit, env=env)
+        # One top folder, stripped on extraction like a GitHub archive's: the same code path for both.
+        _git(repo, "archive", "--format=tar", "--prefix=onnxruntime/", f"--output={tar}", pin.commit, env=env)
 
 
 def _git_reason(stderr: str) -> str:
@@ -181,7 +192,7 @@ def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path) -> dict[
         msg = f"the sha256 of {url} is neither in stack.toml nor in {lock.path.name}, and --locked forbids resolving it"
         raise ConfigError(msg, tip="run once without --locked and commit the lock file, or set archive_sha256")
     if expected:
-        path = _verified_archive(url, expected, suffix, cache)
+        path = cached_download(cache, url, digest=expected, suffix=suffix)
         _check_commit(url, archive.extract(path, staged, label=url), pin.commit)
         return {"method": "archive", "origin": url, "archive_sha256": expected}
     path, digest = _first_download(url, suffix, cache)
@@ -200,21 +211,27 @@ def _check_commit(url: str, found: str | None, pinned: str) -> None:
         raise FetchError(msg, tip="make archive_url and commit in stack.toml name the same commit")
 
 
-def _verified_archive(url: str, expected: str, suffix: str, cache: Cache) -> Path:
-    final = cache.archives / f"{expected}{suffix}"
+def cached_download(cache: Cache, url: str, *, digest: str, algorithm: str = "sha256", suffix: str = "") -> Path:
+    """The file at ``url`` whose ``algorithm`` digest is ``digest``, from the cache or downloaded and verified.
+
+    Kept as ``archives/<digest><suffix>`` (sha256) or ``archives/<algorithm>-<digest><suffix>``;
+    a file already there is returned without network I/O.
+    """
+    name = digest if algorithm == "sha256" else f"{algorithm}-{digest}"
+    final = cache.archives / f"{name}{suffix}"
     if final.is_file():
         return final
-    with cache.lock(f"archive-{expected}", what=f"the download of {url}"):
+    with cache.lock(f"archive-{name}", what=f"the download of {url}"):
         if final.is_file():
             return final
         part = final.with_name(final.name + ".part")
         download.download(url, part)
-        digest = download.sha256_of(part)
-        if digest != expected:
+        found = download.digest_of(part, algorithm)
+        if found != digest:
             size = part.stat().st_size
             part.unlink()
-            msg = f"sha256 mismatch for {url}: expected {expected}, got {digest} ({size} bytes)"
-            tip = "if the pin changed on purpose, update archive_sha256; otherwise the download is corrupt"
+            msg = f"{algorithm} mismatch for {url}: expected {digest}, got {found} ({size} bytes)"
+            tip = "if the pin changed on purpose, update its digest; otherwise the download is corrupt"
             raise ChecksumError(msg, tip=tip)
         part.replace(final)
     return final
@@ -226,7 +243,7 @@ def _first_download(url: str, suffix: str, cache: Cache) -> tuple[Path, str]:
     with cache.lock(f"archive-url-{key}", what=f"the download of {url}"):
         part = cache.archives / f"url-{key}{suffix}.part"
         download.download(url, part)
-        digest = download.sha256_of(part)
+        digest = download.digest_of(part)
         final = cache.archives / f"{digest}{suffix}"
         part.replace(final)
     return final, digest
