@@ -5,6 +5,12 @@ in only when every patch applied and every guard held, so a failing run leaves t
 exactly as it was. A fingerprint (source commit, patch digests, platform) lets an unchanged tree
 be reused without rework. In the tree, ``git log`` shows the base and one commit per patch, so
 ``git bisect`` works and commits made by hand can be exported back into the series.
+
+Checks come first: every file's sha256, diff syntax and paths before any git work; then, per patch,
+``git apply --check`` before applying. A patch that does not apply forward but reverse-applies is
+already in the tree (upstreamed) and skipped; otherwise ``git apply --3way`` merges it, using the
+full blob ids of the patch to find each pre-image. A 3-way check alone cannot see conflicts (git
+reports success), so the merge runs for real, in the temporary tree that a failure throws away.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import hashlib
 import re
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import tomlkit
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ortstack.lockfile import Lock
 
 Transport = Literal["http", "git"]
+FULL_ID = series.FULL_ID
 _TIMEOUT_S = 120
 
 
@@ -42,8 +43,6 @@ class Fetched:
     head: str
     """The full commit id the diff was taken at."""
     diff: str
-    header: patchfile.Header
-    """What the source says about the change (commit subject/author), before the entry's own text."""
 
 
 def _http_get(url: str) -> str:
@@ -86,7 +85,7 @@ def fetch_by_http(origin: Origin, head: str, *, update: bool, env: Mapping[str, 
         head = _pr_head_by_git(origin, env, cwd)
         url = f"{repo}/pull/{origin.pr}.diff?full_index=1"
     else:
-        if len(head) != 40:  # noqa: PLR2004 - a short or missing commit id
+        if len(head) != FULL_ID:
             if not head:
                 msg = f"a {origin.kind} origin needs its head commit"
                 raise PatchError(msg, tip="set origin.head in stack.toml")
@@ -95,45 +94,35 @@ def fetch_by_http(origin: Origin, head: str, *, update: bool, env: Mapping[str, 
             url = f"{repo}/commit/{head}.diff?full_index=1"
         else:
             url = f"{repo}/compare/{_branch(origin)}...{head}.diff?full_index=1"
-    return Fetched(head=head, diff=_http_get(url), header=patchfile.Header(subject=""))
+    return Fetched(head=head, diff=_http_get(url))
 
 
 def fetch_by_git(origin: Origin, head: str, *, update: bool, env: Mapping[str, str], cache_dir: Path) -> Fetched:
     repo_dir = cache_dir / "patch-sources" / hashlib.sha256(origin.repository.encode()).hexdigest()[:16]
     if not (repo_dir / "HEAD").is_file():
         repo_dir.mkdir(parents=True, exist_ok=True)
-        _git.git(["init", "-q", "--bare"], cwd=repo_dir, env=env)
+        _git.git(["init", "-q", "--bare"], cwd=repo_dir, env=env, capture=True)
 
     def fetch(ref: str) -> str:
         _git.git(["fetch", "--quiet", "--no-tags", origin.repository, ref], cwd=repo_dir, env=env)
         return _git.out(["rev-parse", "FETCH_HEAD"], cwd=repo_dir, env=env)
 
-    if origin.kind == "pr" and (update or len(head) != 40):  # noqa: PLR2004 - a short or missing commit id
+    if origin.kind == "pr" and (update or len(head) != FULL_ID):
         tip = fetch(f"refs/pull/{origin.pr}/head")
+        # A short pin names a commit in the pull request's history.
         head = (
             tip
             if update or not head
             else _git.out(["rev-parse", "--verify", f"{head}^{{commit}}"], cwd=repo_dir, env=env)
         )
-    else:
+    elif len(head) == FULL_ID:
         head = fetch(head)
-    if origin.kind == "commit":
-        base = f"{head}^"
-        info = _git.out(["log", "-1", "--format=%an <%ae>%n%aD%n%s%n%n%b", head], cwd=repo_dir, env=env)
-        author, date, message = info.split("\n", 2)
-        header = replace(patchfile.parse_message(message), author=author, date=date, commit=head)
     else:
-        base = f"{fetch(_branch(origin))}...{head}"
-        header = patchfile.Header(subject="")
-    diff = _git.git(
-        ["diff", "--full-index", "--binary", base, head]
-        if origin.kind == "commit"
-        else ["diff", "--full-index", "--binary", base],
-        cwd=repo_dir,
-        env=env,
-        capture=True,
-    ).stdout
-    return Fetched(head=head, diff=diff, header=header)
+        msg = f"a {origin.kind} origin needs its full head commit to be fetched by git, got {head!r}"
+        raise PatchError(msg, tip="write the full 40-hex id into stack.toml, or use --via http (it resolves short ids)")
+    commits = [f"{head}^", head] if origin.kind == "commit" else [f"{fetch(_branch(origin))}...{head}"]
+    diff = _git.git(["diff", "--full-index", "--binary", *commits], cwd=repo_dir, env=env, capture=True).stdout
+    return Fetched(head=head, diff=diff)
 
 
 def _origin_url(origin: Origin, head: str) -> str:
@@ -149,8 +138,7 @@ def render(entry: PatchEntry, fetched: Fetched, previous: patchfile.PatchFile | 
     """The vendored file: the previous header kept (or a new DEP-3 header), the fresh diff."""
     if previous is not None and previous.diff == fetched.diff:
         return previous.render()
-    old = previous.header if previous is not None else fetched.header
-    subject = old.subject or fetched.header.subject or entry.description.split("\n")[0] or entry.id
+    old = previous.header if previous is not None else patchfile.Header(subject="")
     fields = {
         "Origin": f"upstream, {_origin_url(entry.origin, fetched.head)}, commit {fetched.head}",
         **({"Bug": f"{entry.origin.repository.rstrip('/')}/pull/{entry.origin.pr}"} if entry.origin.pr else {}),
@@ -159,13 +147,13 @@ def render(entry: PatchEntry, fetched: Fetched, previous: patchfile.PatchFile | 
         **{k: v for k, v in old.fields.items() if k not in ("Origin", "Bug", "Last-Update")},
         "Last-Update": dt.datetime.now(tz=dt.UTC).date().isoformat(),
     }
-    why = old.why or fetched.header.why or entry.description
+    title, _, why = entry.description.partition("\n")
     header = patchfile.Header(
-        subject=subject,
-        why=why,
+        subject=old.subject or title.strip() or entry.id,
+        why=old.why or why.strip(),
         fields=fields,
-        author=old.author or fetched.header.author,
-        date=old.date or fetched.header.date,
+        author=old.author,
+        date=old.date,
         commit=fetched.head,
     )
     return patchfile.PatchFile(header=header, diff=fetched.diff).render()

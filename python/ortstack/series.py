@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from ortstack.config import PatchEntry, Stack
     from ortstack.lockfile import Lock
 
+FULL_ID = 40
+"""Characters in a full commit id."""
 REFRESH_COMMAND = "nox -s refresh-patches (or: ortstack refresh-patches)"
 
 
@@ -62,7 +64,7 @@ def pinned_head(entry: PatchEntry, lock: Lock) -> str:
     """The commit the entry is pinned to: a full id in ``stack.toml``, else the one locked."""
     locked = lock.get(head_key(entry)) or ""
     head = entry.origin.head
-    if len(head) == 40 or not locked.startswith(head):  # noqa: PLR2004 - a full commit id
+    if len(head) == FULL_ID or not locked.startswith(head):
         return head
     return locked
 
