@@ -6,12 +6,13 @@ mirrors); the options that would change file contents or commit ids are pinned h
 
 from __future__ import annotations
 
+import subprocess
 from typing import TYPE_CHECKING, Literal, overload
 
 from ortstack import _run
+from ortstack.errors import OrtstackError, PatchError
 
 if TYPE_CHECKING:
-    import subprocess
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
@@ -57,25 +58,52 @@ def _argv(args: Sequence[str]) -> list[str]:
 
 @overload
 def git(
-    args: Sequence[str], *, cwd: Path, env: Mapping[str, str], capture: Literal[True], check: bool = ...
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    capture: Literal[True],
+    check: bool = ...,
+    error: type[OrtstackError] = ...,
 ) -> subprocess.CompletedProcess[str]: ...
 
 
 @overload
 def git(
-    args: Sequence[str], *, cwd: Path, env: Mapping[str, str], capture: Literal[False] = ..., check: bool = ...
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    capture: Literal[False] = ...,
+    check: bool = ...,
+    error: type[OrtstackError] = ...,
 ) -> subprocess.CompletedProcess[None]: ...
 
 
 def git(
-    args: Sequence[str], *, cwd: Path, env: Mapping[str, str], capture: bool = False, check: bool = True
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    capture: bool = False,
+    check: bool = True,
+    error: type[OrtstackError] = PatchError,
 ) -> subprocess.CompletedProcess[str] | subprocess.CompletedProcess[None]:
-    """Run ``git args`` in ``cwd``; ``capture=True`` returns text output and echoes nothing."""
-    if capture:
-        return _run.run(_argv(args), cwd=cwd, env=env, capture=True, check=check, quiet=True)
-    return _run.run(_argv(args), cwd=cwd, env=env, check=check)
+    """Run ``git args`` in ``cwd``; ``capture=True`` returns text output and echoes nothing.
+
+    A failure with ``check`` raises ``error`` naming the command and git's own last words.
+    """
+    try:
+        if capture:
+            return _run.run(_argv(args), cwd=cwd, env=env, capture=True, check=check, quiet=True)
+        return _run.run(_argv(args), cwd=cwd, env=env, check=check)
+    except subprocess.CalledProcessError as exc:
+        said = (exc.stderr or "").strip().splitlines()
+        reason = said[-1] if said else f"exit status {exc.returncode}"
+        msg = f"git {' '.join(args)} failed: {reason}"
+        raise error(msg, tip="check the repository URL and the network" if error is not PatchError else None) from None
 
 
-def out(args: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> str:
+def out(args: Sequence[str], *, cwd: Path, env: Mapping[str, str], error: type[OrtstackError] = PatchError) -> str:
     """The stripped standard output of a git command that must succeed."""
-    return git(args, cwd=cwd, env=env, capture=True).stdout.strip()
+    return git(args, cwd=cwd, env=env, capture=True, error=error).stdout.strip()

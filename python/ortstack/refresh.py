@@ -62,7 +62,7 @@ def _branch(origin: Origin) -> str:
 
 def _pr_head_by_git(origin: Origin, env: Mapping[str, str], cwd: Path) -> str:
     ref = f"refs/pull/{origin.pr}/head"
-    listed = _git.out(["ls-remote", origin.repository, ref], cwd=cwd, env=env).split()
+    listed = _git.out(["ls-remote", origin.repository, ref], cwd=cwd, env=env, error=FetchError).split()
     if not listed:
         msg = f"{origin.repository} has no {ref}"
         raise FetchError(msg, tip=f"check the pull-request number ({origin.pr})")
@@ -104,7 +104,7 @@ def fetch_by_git(origin: Origin, head: str, *, update: bool, env: Mapping[str, s
         _git.git(["init", "-q", "--bare"], cwd=repo_dir, env=env, capture=True)
 
     def fetch(ref: str) -> str:
-        _git.git(["fetch", "--quiet", "--no-tags", origin.repository, ref], cwd=repo_dir, env=env)
+        _git.git(["fetch", "--quiet", "--no-tags", origin.repository, ref], cwd=repo_dir, env=env, error=FetchError)
         return _git.out(["rev-parse", "FETCH_HEAD"], cwd=repo_dir, env=env)
 
     if origin.kind == "pr" and (update or len(head) != FULL_ID):
@@ -189,6 +189,8 @@ def download(
 
 def record_in_stack(stack: Stack, pins: dict[str, dict[str, str]]) -> None:
     """Set ``sha256`` / ``origin.head`` of the named entries in ``stack.toml``, comments kept."""
+    if not pins:
+        return
     document = tomlkit.parse(stack.path.read_text(encoding="utf-8"))
     for table in document.get("patch", []):
         values = pins.get(str(table["id"]))

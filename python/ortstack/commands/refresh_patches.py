@@ -61,9 +61,10 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         changed = "unchanged" if sha256 == entry.sha256 else f"sha256 {entry.sha256 or '(none)'} -> {sha256}"
         log.info(f"{entry.id}: {entry.file} at {head[:12]}, {changed}")
     refresh.record_in_stack(stack, pins)
-    log.info(f"recorded {len(pins)} entries in {stack.path}")
+    if pins:
+        log.info(f"recorded {', '.join(pins)} in {stack.path}")
     if failed:
         names = ", ".join(name for name, _ in failed)
-        msg = f"{len(failed)} entries could not be refreshed: {names} (the others were recorded)"
+        msg = f"{len(failed)} entries could not be refreshed: {names} ({len(pins)} recorded)"
         raise PatchError(msg, tip=failed[0][1].tip)
     return 0
