@@ -245,3 +245,25 @@ def test_recording_pins_edits_the_default_stack_minimally(tmp_path: Path) -> Non
     ]
     entry = config.load(copy).patches[2]
     assert (entry.sha256, entry.origin.head) == ("a" * 64, "507021fd21" + "0" * 30)
+
+
+def test_one_failing_entry_does_not_lose_the_others(
+    upstream: Upstream, project: Project, github: str, tmp_path: Path
+) -> None:
+    head = commit_edits(upstream, [EMPTY_WEIGHTS], "Empty weights", upstream.commit)
+    git_out(upstream, "push", "--quiet", upstream.url, f"{head}:refs/pull/501/head")
+    headless = {"id": "telemetry", "file": "patches/0002-t.patch", "origin": {"kind": "commit", "repository": github}}
+    project.write([pr_entry(github, 501, "empty-weights", "0001-empty-weights.patch"), headless])
+
+    assert refresh_cli(project, tmp_path) == 5
+
+    first, second = pinned(project)
+    assert first["origin"]["head"] == head  # type: ignore[index]
+    assert first["sha256"] == patchfile.sha256_hex((project.root / "patches" / "0001-empty-weights.patch").read_bytes())
+    assert "sha256" not in second
+
+    # --rehash records the digest of a file edited by hand.
+    edited = project.root / "patches" / "0001-empty-weights.patch"
+    edited.write_bytes(edited.read_bytes().replace(b"Forwarded: not-needed", b"Forwarded: yes"))
+    assert refresh_cli(project, tmp_path, "--rehash") == 0
+    assert pinned(project)[0]["sha256"] == patchfile.sha256_hex(edited.read_bytes())
