@@ -171,7 +171,13 @@ def test_conflict_names_patch_file_and_hunk_and_keeps_previous_tree(
     assert "patch 0002-negative.patch (negative) does not apply" in message
     assert f"{MATMUL}: hunk #1 @@ -9,8 +9,8 @@ constexpr" in message
     assert snapshot(prepared.path) == before
-    assert sorted(p.name for p in prepared.path.parent.iterdir()) == ["webgpu", "webgpu.lock"]
+    assert sorted(p.name for p in prepared.path.parent.iterdir()) == ["webgpu", "webgpu.failed.json", "webgpu.lock"]
+    assert prepare.read_failure(prepared.path) == {
+        "fingerprint": prepare.fingerprint(stack, {e.id: e.sha256 for e in stack.patches}, "linux"),
+        "id": "negative",
+        "state": "conflicts",
+        "message": message,
+    }
 
 
 @pytest.mark.parametrize("damage", ["sha256", "hunk-header", "hunk-length", "outside"])

@@ -68,6 +68,12 @@ def test_patch_verb_fetches_prepares_and_fails_with_one_line(
     assert f"0003-negative.patch (negative) does not apply: {MATMUL}: hunk #1 @@" in line
     assert snapshot(tree) == before
 
+    status = run_ortstack("status", *dirs(project, tmp_path))
+    cells = {row[0]: row for row in table_rows(status.stderr)}
+    assert cells["negative"][2:4] == ["vendored", "CONFLICTS"]
+    assert cells["empty-weights"][3] == "applies"  # it applied before the run stopped
+    assert "the last `ortstack patch` stopped: patch 0003-negative.patch" in " ".join(status.stderr.split())
+
 
 def test_locked_build_refuses_to_vendor(
     upstream: Upstream, project: Project, tmp_path: Path, run_ortstack: RunOrtstack
