@@ -267,3 +267,19 @@ def test_one_failing_entry_does_not_lose_the_others(
     edited.write_bytes(edited.read_bytes().replace(b"Forwarded: not-needed", b"Forwarded: yes"))
     assert refresh_cli(project, tmp_path, "--rehash") == 0
     assert pinned(project)[0]["sha256"] == patchfile.sha256_hex(edited.read_bytes())
+
+
+def test_a_diff_without_full_blob_ids_is_refused(
+    upstream: Upstream, project: Project, github: str, tmp_path: Path
+) -> None:
+    head = commit_edits(upstream, [EMPTY_WEIGHTS], "Empty weights", upstream.commit)
+    git_out(upstream, "push", "--quiet", upstream.url, f"{head}:refs/pull/601/head")
+    # A server that ignores full_index=1 and answers with short blob ids.
+    upstream.server.add(
+        "/microsoft/onnxruntime/pull/601.diff", git_out(upstream, "diff", f"{upstream.commit}...{head}").encode()
+    )
+    project.write([pr_entry(github, 601, "empty-weights", "0001-empty-weights.patch")])
+
+    assert refresh_cli(project, tmp_path) == 5
+    assert not (project.root / "patches").exists()
+    assert refresh_cli(project, tmp_path, "--via", "git") == 0
