@@ -118,3 +118,29 @@ def table_rows(output: str) -> list[list[str]]:
     return [
         [cell.strip() for cell in line.strip("│ ").split("│")] for line in output.splitlines() if line.startswith("│")
     ]
+
+
+def test_export_from_the_command_line(
+    upstream: Upstream, project: Project, tmp_path: Path, run_ortstack: RunOrtstack, base_env: dict[str, str]
+) -> None:
+    change = commit_edits(upstream, [EMPTY_WEIGHTS], "Accept empty packed weights", upstream.commit)
+    project.write([project.entry("empty-weights", "0001-empty-weights.patch", format_patch(upstream, change))])
+    assert run_ortstack("patch", *dirs(project, tmp_path)).returncode == 0
+    tree = tmp_path / "work" / "prepared" / "default"
+    (tree / "NOTES.md").write_text("carried notes\n")
+    _git.git(["add", "NOTES.md"], cwd=tree, env=base_env)
+    _git.git(["commit", "-q", "-m", "Add notes"], cwd=tree, env=_git.environment(base_env))
+
+    unsaved = one_error(run_ortstack("patch", *dirs(project, tmp_path)), 5)
+    assert "has 1 commit(s) made after the series; rebuilding it would lose them" in unsaved
+
+    result = run_ortstack("patch", "--export", *dirs(project, tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert (project.root / "patches" / "0002-add-notes.patch").is_file()
+    rebuilt = run_ortstack("patch", *dirs(project, tmp_path))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert (tree / "NOTES.md").read_text() == "carried notes\n"
+    assert _git.out(["log", "--format=%s"], cwd=tree, env=base_env).splitlines()[:2] == [
+        "Add notes",
+        "Accept empty packed weights",
+    ]

@@ -283,3 +283,35 @@ def test_a_diff_without_full_blob_ids_is_refused(
     assert refresh_cli(project, tmp_path) == 5
     assert not (project.root / "patches").exists()
     assert refresh_cli(project, tmp_path, "--via", "git") == 0
+
+
+def test_first_networked_patch_run_vendors_loudly_and_locks(
+    upstream: Upstream,
+    project: Project,
+    github: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    base_env: dict[str, str],
+) -> None:
+    head = commit_edits(upstream, [EMPTY_WEIGHTS], "Empty weights", upstream.commit)
+    git_out(upstream, "push", "--quiet", upstream.url, f"{head}:refs/pull/701/head")
+    project.write([pr_entry(github, 701, "empty-weights", "0001-empty-weights.patch")])
+    stack_text = project.stack_file.read_text()
+    dirs = ["--stack", str(project.stack_file), "--cache-dir", str(tmp_path / "c"), "--work-dir", str(tmp_path / "w")]
+
+    assert cli.main(["patch", "--platform", "linux", *dirs]) == 0
+
+    err = " ".join(capsys.readouterr().err.split())
+    assert "patch empty-weights is not vendored: downloading it once from" in err
+    assert "trust on first use: sha256 of patches/0001-empty-weights.patch" in err
+    lock = Lock.load(project.stack_file.with_suffix(".lock"))
+    data = (project.root / "patches" / "0001-empty-weights.patch").read_bytes()
+    assert lock.values == {"patch.empty-weights.head": head, "patch.empty-weights.sha256": patchfile.sha256_hex(data)}
+    assert project.stack_file.read_text() == stack_text
+    tree = tmp_path / "w" / "prepared" / "default"
+    assert _git.out(["log", "-1", "--format=%s"], cwd=tree, env=base_env) == "empty-weights"
+
+    # Later runs, --locked ones too, use the vendored file and download nothing.
+    upstream.server.reset_counts()
+    assert cli.main(["patch", "--platform", "linux", "--locked", *dirs]) == 0
+    assert upstream.server.requests() == 0
