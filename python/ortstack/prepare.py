@@ -112,15 +112,21 @@ def write_state(prepared: Prepared, tree: Path) -> None:
 
 @contextmanager
 def locked(path: Path, *, wait: bool) -> Iterator[None]:
-    """Hold ``<path>.lock``; fail at once when ``wait`` is off and another run holds it."""
+    """Hold ``<path>.lock``; say so while waiting for another run, or fail at once when ``wait`` is off."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(f"{path}.lock", timeout=-1 if wait else 0)
+    lock = FileLock(f"{path}.lock")
     try:
-        with lock:
-            yield
+        lock.acquire(timeout=0)
     except Timeout:
-        msg = f"another ortstack run is preparing {path}"
-        raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
+        if not wait:
+            msg = f"another ortstack run is preparing {path}"
+            raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
+        log.info(f"waiting for another ortstack run preparing {path}")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def unsaved_work(tree: Path, state: Prepared, env: Mapping[str, str]) -> str:
