@@ -12,19 +12,22 @@ dependency), and ninja recompiles only what a patch touched.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import __version__, _run, deps, log, toolchain, variants, wheel
+from ortstack import __version__, _run, deps, log, prepare, series, toolchain, variants, wheel
 from ortstack.buildinfo import BuildInfo, PatchInfo
 from ortstack.errors import BuildError, FetchError
 
@@ -35,11 +38,6 @@ if TYPE_CHECKING:
     from ortstack.settings import Settings
 
 STAMP = "ortstack-stamp.json"
-PLATFORMS = {"win32": "windows", "darwin": "macos"}
-
-
-def current_platform() -> str:
-    return PLATFORMS.get(sys.platform, "linux")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +61,7 @@ class BuildResult:
 
 def prepared_tree(settings: Settings, variant: Variant) -> tuple[Path, str]:
     """The variant's prepared tree and its commit."""
-    tree = settings.work_dir / "prepared" / variant.name
+    tree = prepare.tree_path(settings.work_dir, variant.name)
     try:
         commit = _run.run(["git", "rev-parse", "HEAD"], cwd=tree, env=settings.env, capture=True, quiet=True)
     except (subprocess.CalledProcessError, FileNotFoundError, NotADirectoryError):
@@ -108,6 +106,37 @@ def _last_compiler_error(log_file: Path) -> str:
     return lines[-1].strip() if lines else "(no output)"
 
 
+def _tree_blobs(tree: Path, env: Mapping[str, str]) -> dict[str, str]:
+    listing = _run.run(["git", "ls-tree", "-r", "-z", "HEAD"], cwd=tree, env=env, capture=True, quiet=True).stdout
+    blobs = {}
+    for entry in filter(None, listing.split("\0")):
+        meta, _, path = entry.partition("\t")
+        blobs[path] = meta.split()[2]
+    return blobs
+
+
+def touch_changed_files(tree: Path, build_dir: Path, env: Mapping[str, str]) -> int:
+    """Give files whose content changed since the last build a fresh mtime; returns how many.
+
+    The prepared tree is rebuilt by copying with the source's mtimes, so a file whose patch was
+    dropped comes back with an mtime older than its object file, and ninja would keep the stale
+    object. Comparing git blob ids with the last build's finds every changed file.
+    """
+    record = build_dir / "ortstack-tree.json"
+    current = _tree_blobs(tree, env)
+    try:
+        previous: dict[str, str] = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        previous = {}
+    changed = [path for path, blob in current.items() if previous and previous.get(path) != blob]
+    now = time.time()
+    for path in changed:
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(tree / path, (now, now))
+    wheel.write_if_changed(record, json.dumps(current, sort_keys=True).encode())
+    return len(changed)
+
+
 def _fingerprint(parts: Mapping[str, object]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -131,7 +160,7 @@ def _stamped_wheels(build_dir: Path, fingerprint: str, dist: Path) -> tuple[Path
 
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
     start = datetime.now(UTC)
-    platform = current_platform()
+    platform = series.host_platform()
     tools = toolchain.detect(stack.build, settings.env)
     tree, tree_commit = prepared_tree(settings, variant)
     variant_defines = variants.validate(variant, platform, tree)
@@ -216,6 +245,7 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
         "ORTSTACK_JOBS": str(jobs),
     }
     log_file = settings.work_dir / "logs" / f"build-{variant.name}.log"
+    touch_changed_files(tree, build_dir, settings.env)
     log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
     env = {**settings.env, **tools.cache_env}
     toolchain.start_cache_server(tools, env)
