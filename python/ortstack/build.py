@@ -248,7 +248,7 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
     touch_changed_files(tree, build_dir, settings.env)
     log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
     env = {**settings.env, **tools.cache_env}
-    toolchain.start_cache_server(tools, env)
+    toolchain.start_cache_server(tools, env, log_file.with_name("sccache-server.log"))
     landed = _compile(
         settings,
         variant=variant,

@@ -17,6 +17,7 @@ from ortstack.errors import BuildError, ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from pathlib import Path
 
     from ortstack.config import BuildOptions
 
@@ -126,14 +127,15 @@ def detect(options: BuildOptions, env: Mapping[str, str]) -> Toolchain:
     )
 
 
-def start_cache_server(toolchain: Toolchain, env: Mapping[str, str]) -> None:
+def start_cache_server(toolchain: Toolchain, env: Mapping[str, str], log_file: Path) -> None:
     """sccache: start its server now, with the backend in ``env``, rather than from the first compile.
 
     A server started by a compile would inherit that build's output pipe and the backend settings of
     whichever build came first. One already running keeps its settings (stop it to change backend).
+    The logged run returns when the client exits, though the server keeps the pipe open.
     """
     if toolchain.cache == "sccache":
-        _run.run([toolchain.cache_program, "--start-server"], env=env, check=False, quiet=True)
+        _run.run([toolchain.cache_program, "--start-server"], env=env, check=False, quiet=True, log_file=log_file)
 
 
 def total_memory_bytes() -> int | None:
