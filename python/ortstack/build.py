@@ -2,7 +2,7 @@
 
 Order of work, cheapest first, so that nothing expensive starts before everything is known good:
 tools found -> variant validated against the pin -> fingerprint compared (a no-op returns here) ->
-deps mirror and Dawn checked -> project rendered -> ``pip wheel`` (scikit-build-core + cpp_ext) in
+deps mirror and Dawn checked -> project rendered -> ``python -m build`` (scikit-build-core + cpp_ext) in
 the stable build dir -> contents checked -> auditwheel -> wheels moved into dist/.
 
 The build dir (``<work>/cmake/<variant>``) is kept between builds: onnxruntime's cmake configures
@@ -276,12 +276,13 @@ def _compile(
     env: dict[str, str],
     log_file: Path,
 ) -> list[Path]:
-    """``pip wheel`` the staging project into a temporary folder; dist/ changes only if all went well."""
+    """Build the staging project's wheel into a temporary folder; dist/ changes only if all went well."""
     with tempfile.TemporaryDirectory(prefix=f"ortstack-{variant.name}-", dir=settings.work_dir) as tmp:
         raw_dir, repaired_dir = Path(tmp) / "raw", Path(tmp) / "repaired"
-        argv = [sys.executable, "-m", "pip", "wheel", str(staging), "--no-build-isolation", "--no-deps", "-v"]
-        argv += ["--wheel-dir", str(raw_dir), f"--config-settings=build-dir={build_dir.as_posix()}"]
-        argv += [f"--config-settings=cmake.define.{k}={v}" for k, v in defines.items()]
+        # build calls the backend's build_wheel once (pip would ask for metadata first: a second run).
+        argv = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check"]
+        argv += [str(staging), "--outdir", str(raw_dir), f"--config-setting=build-dir={build_dir.as_posix()}"]
+        argv += [f"--config-setting=cmake.define.{k}={v}" for k, v in defines.items()]
         try:
             _run.run(argv, env=env, log_file=log_file)
         except subprocess.CalledProcessError:
