@@ -36,8 +36,13 @@ dawn = "static"
 
 [variant.plugin]
 kind = "plugin"
-dawn = "shared"
+dawn = "static"
 min_onnxruntime = "1.24.4"
+
+[variant.webgpu-dawn]
+kind = "webgpu"
+dawn = "shared"
+wheel_name = "onnxruntime-webgpu-dawn"
 
 [build]
 compiler_cache = "none"
@@ -101,34 +106,52 @@ def run_in_fresh_venv(where: Path, wheels: list[Path], code: str) -> str:
 
 
 CHECK_WHEELS = """
-import ctypes, json, onnxruntime, onnxruntime_ep_webgpu as ep
-lib = ctypes.CDLL(ep.get_library_path())
-lib.OrtMiniPluginEpName.restype = lib.OrtMiniPluginDawn.restype = ctypes.c_char_p
+import ctypes, json, pathlib, onnxruntime, onnxruntime_ep_webgpu as ep
+core = ctypes.CDLL(str(pathlib.Path(onnxruntime.__file__).with_name("capi") / "libonnxruntime.so"))
+plugin = ctypes.CDLL(ep.get_library_path())
+core.OrtMiniWebGpuDawn.restype = plugin.OrtMiniPluginEpName.restype = plugin.OrtMiniPluginDawn.restype = ctypes.c_char_p
 print(json.dumps({
     "ort_file": onnxruntime.__file__,
     "ort_version": onnxruntime.__version__,
     "providers": onnxruntime.get_available_providers(),
+    "ort_dawn": core.OrtMiniWebGpuDawn().decode(),
     "ep_name": ep.get_ep_name(),
-    "plugin_says": lib.OrtMiniPluginEpName().decode(),
-    "plugin_dawn": lib.OrtMiniPluginDawn().decode(),
+    "plugin_says": plugin.OrtMiniPluginEpName().decode(),
+    "plugin_dawn": plugin.OrtMiniPluginDawn().decode(),
 }))
 """
 
+CHECK_SHARED_DAWN = """
+import ctypes, json, pathlib, onnxruntime
+capi = pathlib.Path(onnxruntime.__file__).with_name("capi")
+core = ctypes.CDLL(str(capi / "libonnxruntime.so"))
+core.OrtMiniWebGpuDawn.restype = ctypes.c_char_p
+print(json.dumps({"dawn": core.OrtMiniWebGpuDawn().decode(), "files": sorted(p.name for p in capi.iterdir())}))
+"""
 
-def test_both_variants_install_in_a_fresh_venv_and_import(built: Project, tmp_path: Path) -> None:
+
+def test_all_variants_install_in_fresh_venvs_and_import(built: Project, tmp_path: Path) -> None:
     names = sorted(built.wheels())
-    assert len(names) == 2, names
-    ep_wheel, ort_wheel = names
+    assert len(names) == 3, names
+    ep_wheel, ort_wheel, dawn_wheel = names
     assert ep_wheel.startswith("onnxruntime_ep_webgpu-1.31.0+stack.")
     assert "-py3-none-manylinux" in ep_wheel  # no Python extension: one wheel for every Python
     assert ort_wheel.startswith("onnxruntime_webgpu-1.31.0+stack.")
     assert "-manylinux" in ort_wheel
-    out = json.loads(run_in_fresh_venv(tmp_path, sorted(built.dist.glob("*.whl")), CHECK_WHEELS))
-    assert str(tmp_path / "venv") in out["ort_file"]
+    assert dawn_wheel.startswith("onnxruntime_webgpu_dawn-1.31.0+stack.")
+    builtin_and_plugin = [built.dist / ep_wheel, built.dist / ort_wheel]
+    (tmp_path / "a").mkdir()
+    out = json.loads(run_in_fresh_venv(tmp_path / "a", builtin_and_plugin, CHECK_WHEELS))
+    assert str(tmp_path / "a" / "venv") in out["ort_file"]
     assert out["ort_version"] == "1.31.0"
     assert out["providers"] == ["WebGpuExecutionProvider", "CPUExecutionProvider"]
+    assert out["ort_dawn"] == "mini_dawn 1.0 (static)"
     assert out["ep_name"] == out["plugin_says"] == "WebGpuExecutionProvider"
-    assert out["plugin_dawn"] == "mini_dawn 1.0 (shared)"
+    assert out["plugin_dawn"] == "mini_dawn 1.0 (static)"
+    (tmp_path / "b").mkdir()
+    shared = json.loads(run_in_fresh_venv(tmp_path / "b", [built.dist / dawn_wheel], CHECK_SHARED_DAWN))
+    assert shared["dawn"] == "mini_dawn 1.0 (shared)"
+    assert "libwebgpu_dawn.so" in shared["files"]
 
 
 def test_plugin_wheel_requires_stock_onnxruntime(built: Project) -> None:
@@ -140,16 +163,17 @@ def test_plugin_wheel_requires_stock_onnxruntime(built: Project) -> None:
     assert "Requires-Dist: onnxruntime>=1.24.4" in text
 
 
-@pytest.mark.parametrize("variant", ["webgpu", "plugin"])
+@pytest.mark.parametrize("variant", ["webgpu", "plugin", "webgpu-dawn"])
 def test_inspect_prints_the_inputs(built: Project, upstream: Upstream, variant: str) -> None:
-    prefix = {"webgpu": "onnxruntime_webgpu-", "plugin": "onnxruntime_ep_webgpu-"}[variant]
+    prefix = variant.replace("webgpu", "onnxruntime_webgpu").replace("plugin", "onnxruntime_ep_webgpu")
+    prefix = prefix.replace("-", "_") + "-"
     wheel = next(built.dist.glob(f"{prefix}*.whl"))
     info = json.loads(assert_ok_stdout(built.ortstack("inspect", str(wheel))))
     tree = built.work / "prepared" / variant
     assert info["ort_commit"] == upstream.commit
     assert info["tree_commit"] == git("rev-parse", "HEAD", cwd=tree, env=built.env)
     assert info["variant"] == variant
-    assert info["kind"] == variant
+    assert info["kind"] == variant.removesuffix("-dawn")
     assert wheel.name.startswith(f"{prefix}{info['version']}-")
     dawn_url = f"{upstream.server.url}/deps/mini_dawn-1.0.zip"
     mirrored = (built.root / "cache" / "deps-mirror").joinpath(*dawn_url.split("://")[1].split("/"))
@@ -158,6 +182,8 @@ def test_inspect_prints_the_inputs(built: Project, upstream: Upstream, variant: 
     adapters = "ON" if variant == "plugin" else "OFF"
     assert info["cmake_options"]["onnxruntime_USE_EP_API_ADAPTERS"] == adapters
     assert info["cmake_options"]["onnxruntime_USE_WEBGPU"] == "ON"
+    shared = "ON" if variant == "webgpu-dawn" else "OFF"
+    assert info["cmake_options"]["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == shared
     assert info["cmake_options"]["onnxruntime_USE_TELEMETRY"] == "OFF"
     assert info["cmake_options"]["FETCHCONTENT_TRY_FIND_PACKAGE_MODE"] == "NEVER"
     assert info["cmake_options"]["onnxruntime_CMAKE_DEPS_MIRROR_DIR"].endswith("deps-mirror")
@@ -173,7 +199,7 @@ def assert_ok_stdout(result: subprocess.CompletedProcess[str]) -> str:
 def test_a_second_build_with_nothing_changed_returns_the_same_wheels(built: Project) -> None:
     before = built.wheels()
     stderr = assert_ok(built.ortstack("build"))
-    assert stderr.count("up to date") == 2, stderr
+    assert stderr.count("up to date") == 3, stderr
     assert "-m build" not in stderr  # nothing was configured or compiled
     assert built.wheels() == before
 
