@@ -63,7 +63,7 @@ kind = "webgpu"
 
 [variant.plugin]
 kind = "plugin"
-dawn = "shared"
+dawn = "static"
 min_onnxruntime = "1.24.4"
 
 [build]
