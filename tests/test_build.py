@@ -242,3 +242,19 @@ def test_missing_tools_are_reported_before_anything_starts(
     assert "cmake, ninja" in line
     assert not project.work.exists()
     assert not project.dist.exists()
+
+
+def test_a_cmake_older_than_the_pin_needs_is_refused_before_configuring(built: Project) -> None:
+    tree = built.work / "prepared" / "webgpu"
+    cmake_lists = tree / "cmake" / "CMakeLists.txt"
+    text = cmake_lists.read_text()
+    cmake_lists.write_text(text.replace("cmake_minimum_required(VERSION 3.20)", "cmake_minimum_required(VERSION 99.1)"))
+    git("commit", "--quiet", "-am", "needs a future cmake", cwd=tree, env=built.env)
+    log_file = built.work / "logs" / "build-webgpu.log"
+    log_file.unlink()
+    try:
+        line = one_error(built.ortstack("build", "--variant", "webgpu"), 6)
+        assert "needs cmake >= 99.1" in line
+        assert not log_file.exists()  # nothing was started
+    finally:
+        git("reset", "--quiet", "--hard", "HEAD~1", cwd=tree, env=built.env)

@@ -163,6 +163,7 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
     platform = series.host_platform()
     tools = toolchain.detect(stack.build, settings.env)
     tree, tree_commit = prepared_tree(settings, variant)
+    toolchain.check_cmake_version(tools, tree / "cmake" / "CMakeLists.txt")
     variant_defines = variants.validate(variant, platform, tree)
     plan = variants.KINDS[variant.kind].wheel(variant, platform)
     dependencies = deps.read(tree)
