@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from filelock import FileLock, Timeout
 
-from ortstack import _git, log, patchfile, series
+from ortstack import _git, diskspace, log, patchfile, series
 from ortstack.cache import remove_tree
 from ortstack.errors import LockBusyError, PatchError
 
@@ -337,6 +337,7 @@ def prepare(
                 return current
         for leftover in target.parent.glob(f".{target.name}.*"):  # from a run that was killed
             remove_tree(leftover)
+        diskspace.check("patch", target.parent, env)
         new = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.new-"))
         try:
             base, outcomes = _build(
