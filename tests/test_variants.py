@@ -29,7 +29,8 @@ def test_builtin_webgpu_defines_and_wheel() -> None:
     assert defines["onnxruntime_USE_TELEMETRY"] == "OFF"
     plan = variants.KINDS["webgpu"].wheel(WEBGPU, "linux")
     assert (plan.name, plan.package, plan.py_api) == ("onnxruntime-webgpu", "onnxruntime", "")
-    assert plan.libraries == ("libonnxruntime.so",)
+    assert plan.libraries == ()
+    assert plan.required == ("_pybind_state.py",)
 
 
 def test_plugin_defines_and_wheel() -> None:
@@ -39,14 +40,14 @@ def test_plugin_defines_and_wheel() -> None:
     plan = variants.KINDS["plugin"].wheel(PLUGIN, "linux")
     assert plan.name == "onnxruntime-ep-webgpu"
     assert plan.dependencies == ("onnxruntime>=1.24.4",)
-    assert plan.libraries == ("libonnxruntime_providers_webgpu.so",)
+    assert plan.libraries == plan.required == ("libonnxruntime_providers_webgpu.so",)
 
 
 def test_builtin_webgpu_may_share_dawn() -> None:
     shared = Variant(name="webgpu", kind="webgpu", dawn="shared")
     defines = variants.validate(shared, "linux", PACKAGES / "mini_ort")
     assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "ON"
-    assert variants.KINDS["webgpu"].wheel(shared, "linux").libraries == ("libonnxruntime.so", "libwebgpu_dawn.so")
+    assert variants.KINDS["webgpu"].wheel(shared, "linux").required == ("_pybind_state.py", "libwebgpu_dawn.so")
 
 
 def test_plugin_with_shared_dawn_is_refused_as_the_pin_refuses_it() -> None:
@@ -61,6 +62,8 @@ def test_plugin_with_shared_dawn_is_refused_as_the_pin_refuses_it() -> None:
 def test_windows_wheels_carry_dxc_and_may_keep_telemetry() -> None:
     plan = variants.KINDS["plugin"].wheel(PLUGIN, "windows")
     assert plan.libraries == ("onnxruntime_providers_webgpu.dll", "dxil.dll", "dxcompiler.dll")
+    builtin = variants.KINDS["webgpu"].wheel(WEBGPU, "windows")
+    assert builtin.required == ("_pybind_state.py", "dxil.dll", "dxcompiler.dll")
     telemetry = Variant(name="webgpu", kind="webgpu", telemetry=True)
     assert variants.resolve_defines(telemetry, "windows")["onnxruntime_USE_TELEMETRY"] == "ON"
     assert variants.resolve_defines(telemetry, "linux")["onnxruntime_USE_TELEMETRY"] == "OFF"

@@ -72,6 +72,8 @@ class WheelPlan:
     dependencies: tuple[str, ...]
     """Requirements written into the wheel's metadata."""
     libraries: tuple[str, ...]
+    """Files cmake takes from onnxruntime's build folder into ``package`` (the plugin's libraries)."""
+    required: tuple[str, ...]
     """File names that must be inside ``package`` once built (checked before the wheel is kept)."""
 
 
@@ -119,15 +121,18 @@ class BuiltinWebGpu:
         }
 
     def wheel(self, variant: Variant, platform: str) -> WheelPlan:
-        libraries = [_shared_library("onnxruntime", platform)]
+        # The whole package onnxruntime's build assembles is taken; _pybind_state.py is its binding's
+        # loader, present in every onnxruntime Python package.
+        required = ["_pybind_state.py"]
         if variant.dawn == "shared":
-            libraries.append(_shared_library("webgpu_dawn", platform))
+            required.append(_shared_library("webgpu_dawn", platform))
         return WheelPlan(
             name=variant.wheel_name or "onnxruntime-webgpu",
             package="onnxruntime",
             py_api="",
             dependencies=("numpy>=1.21.6", "packaging", "protobuf", "flatbuffers", "coloredlogs", "sympy"),
-            libraries=(*libraries, *_dxc_libraries(platform)),
+            libraries=(),
+            required=(*required, *_dxc_libraries(platform)),
         )
 
     def check(self, variant: Variant) -> None:
@@ -150,15 +155,14 @@ class PluginEp:
         }
 
     def wheel(self, variant: Variant, platform: str) -> WheelPlan:
-        libraries = [_shared_library("onnxruntime_providers_webgpu", platform)]
-        if variant.dawn == "shared":
-            libraries.append(_shared_library("webgpu_dawn", platform))
+        libraries = (_shared_library("onnxruntime_providers_webgpu", platform), *_dxc_libraries(platform))
         return WheelPlan(
             name=variant.wheel_name or "onnxruntime-ep-webgpu",
             package="onnxruntime_ep_webgpu",
             py_api="py3",
             dependencies=(f"onnxruntime>={variant.min_onnxruntime}",),
-            libraries=(*libraries, *_dxc_libraries(platform)),
+            libraries=libraries,
+            required=libraries,
         )
 
     def check(self, variant: Variant) -> None:
