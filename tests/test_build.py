@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
+from filelock import FileLock
 
 from clirun import one_error
 from upstream import git, stack_toml
@@ -258,3 +259,9 @@ def test_a_cmake_older_than_the_pin_needs_is_refused_before_configuring(built: P
         assert not log_file.exists()  # nothing was started
     finally:
         git("reset", "--quiet", "--hard", "HEAD~1", cwd=tree, env=built.env)
+
+
+def test_a_build_dir_in_use_by_another_run_is_not_shared(built: Project) -> None:
+    with FileLock(f"{built.work / 'cmake' / 'webgpu'}.lock"):
+        line = one_error(built.ortstack("build", "--variant", "webgpu", "--no-wait"), 8)
+    assert "another ortstack run is building in" in line

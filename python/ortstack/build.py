@@ -159,16 +159,30 @@ def _stamped_wheels(build_dir: Path, fingerprint: str, dist: Path) -> tuple[Path
 
 
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
+    """Build ``variant``'s wheel into dist/, or return the wheels there when nothing changed."""
+    tools = toolchain.detect(stack.build, settings.env)  # before anything is touched
+    build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
+    with prepare.locked(build_dir, wait=settings.wait_for_lock, what="building in"):
+        return _build(settings, stack, variant, request, tools=tools, build_dir=build_dir)
+
+
+def _build(
+    settings: Settings,
+    stack: Stack,
+    variant: Variant,
+    request: BuildRequest,
+    *,
+    tools: toolchain.Toolchain,
+    build_dir: Path,
+) -> BuildResult:
     start = datetime.now(UTC)
     platform = series.host_platform()
-    tools = toolchain.detect(stack.build, settings.env)
     tree, tree_commit = prepared_tree(settings, variant)
     toolchain.check_cmake_version(tools, tree / "cmake" / "CMakeLists.txt")
     variant_defines = variants.validate(variant, platform, tree)
     plan = variants.KINDS[variant.kind].wheel(variant, platform)
     dependencies = deps.read(tree)
     mirror = deps.mirror_path(settings)
-    build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
     jobs = toolchain.parallel_jobs(stack.build, request.jobs)
     ort_options = {
         "CMAKE_BUILD_TYPE": stack.build.build_type,
