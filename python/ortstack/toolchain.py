@@ -162,9 +162,9 @@ def total_memory_bytes() -> int | None:
 
 
 def parallel_jobs(options: BuildOptions, requested: int | None = None) -> int:
-    """Jobs to run: the request (CLI, then stack.toml) or the cores, never more than memory allows."""
+    """Jobs to run: the request (CLI, then stack.toml) or the cores; never more than cores or memory allow."""
     cores = os.cpu_count() or 1
-    jobs = requested or options.jobs or cores
+    jobs = min(requested or options.jobs or cores, cores)
     memory = total_memory_bytes()
     if memory is not None:
         jobs = min(jobs, max(1, memory // (options.memory_per_job_mb * 1024 * 1024)))
