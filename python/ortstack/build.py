@@ -179,6 +179,7 @@ def _build(
     platform = series.host_platform()
     tree, tree_commit = prepared_tree(settings, variant)
     toolchain.check_cmake_version(tools, tree / "cmake" / "CMakeLists.txt")
+    toolchain.check_wgsl_generator(tree, settings.env)
     variant_defines = variants.validate(variant, platform, tree)
     plan = variants.KINDS[variant.kind].wheel(variant, platform)
     dependencies = deps.read(tree)

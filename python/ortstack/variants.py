@@ -100,6 +100,9 @@ def _common_defines(variant: Variant, platform: str) -> dict[str, str]:
         "onnxruntime_USE_TELEMETRY": ON if variant.telemetry and platform == "windows" else OFF,
         "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": shared_dawn,
         "onnxruntime_USE_EXTERNAL_DAWN": external_dawn,
+        # build.py always passes it; cmake/onnxruntime_providers_webgpu.cmake accepts static or dynamic
+        # and generates the WGSL kernels with npm (see toolchain.check_wgsl_generator).
+        "onnxruntime_WGSL_TEMPLATE": "static",
     }
 
 
