@@ -1,0 +1,76 @@
+"""MatMulNBits 4/8-bit, block 32, against the float64 reference on each execution provider."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from wheel_tests import eps, models, reference
+
+K, N = 256, 128
+DTYPES = [pytest.param(np.float32, id="fp32"), pytest.param(np.float16, id="fp16")]
+
+
+@cache
+def _case(
+    ep: eps.EpKind, dtype: type[np.floating], bits: int, *, zero_points: bool, bias: bool
+) -> tuple[ort.InferenceSession, reference.QuantizedWeight, reference.FloatArray | None]:
+    rng = np.random.default_rng(bits * 10 + zero_points * 2 + bias)
+    weight = reference.quantize(rng.standard_normal((K, N)), bits=bits, zero_points=zero_points, dtype=dtype)
+    bias_values = rng.standard_normal(N).astype(dtype) if bias else None
+    session = eps.make_session(models.matmul_nbits(weight, dtype=dtype, bias=bias_values), ep)
+    return session, weight, bias_values
+
+
+def _activations(m: int, dtype: type[np.floating]) -> reference.FloatArray:
+    return np.random.default_rng(m).standard_normal((m, K)).astype(dtype)
+
+
+@pytest.mark.parametrize("m", [1, 16, 128])
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("zero_points", [False, True], ids=["symmetric", "zero_points"])
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul_nbits(
+    ep: eps.EpKind, dtype: type[np.floating], bits: int, *, zero_points: bool, bias: bool, m: int
+) -> None:
+    session, weight, bias_values = _case(ep, dtype, bits, zero_points=zero_points, bias=bias)
+    a = _activations(m, dtype)
+    (y,) = session.run(None, {"A": a})
+    assert y.dtype == dtype
+    reference.assert_close(y, reference.matmul_nbits(a, weight, bias_values), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flipped_scale_makes_the_comparison_fail(ep: eps.EpKind, dtype: type[np.floating]) -> None:
+    """The harness is not vacuous: a reference with one scale negated must not match the EP."""
+    session, weight, bias_values = _case(ep, dtype, 4, zero_points=False, bias=False)
+    a = _activations(16, dtype)
+    (y,) = session.run(None, {"A": a})
+    reference.assert_close(y, reference.matmul_nbits(a, weight, bias_values), dtype=dtype)
+    with pytest.raises(AssertionError, match="max abs error"):
+        reference.assert_close(y, reference.matmul_nbits(a, weight.with_scale_flipped(), bias_values), dtype=dtype)
+
+
+def test_fallback_to_another_ep_is_caught(ep: eps.EpKind) -> None:
+    """A session that ended up on another EP is an error, whichever EP was asked for."""
+    session, _, _ = _case(ep, np.float32, 4, zero_points=False, bias=False)
+    eps.assert_runs_on(session, ep)
+    other: eps.EpKind = "webgpu" if ep == "cpu" else "cpu"
+    with pytest.raises(eps.SilentFallbackError, match="but the session runs on"):
+        eps.assert_runs_on(session, other)
+
+
+def test_quantization_round_trip() -> None:
+    """The reference's packing is exact: dequantize(quantize(w)) is w to within half a step."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((64, 8))
+    for bits in (4, 8):
+        for zero_points in (False, True):
+            q = reference.quantize(w, bits=bits, zero_points=zero_points, dtype=np.float32)
+            step = q.scales.astype(np.float64).reshape(8, 2).repeat(32, axis=1).T
+            error = np.abs(reference.dequantize(q) - w)
+            assert np.all(error <= step * 0.5 + 1e-6 + (0 if zero_points else step)), (bits, zero_points)
