@@ -108,9 +108,14 @@ def empty_weight_probe(ep: eps.EpKind, dtype: str = "fp32", *, bits: int = 4, bi
     return run_probe("empty-weight", *args, *(["--bias"] if bias else []))
 
 
-def _claimed(feature: str) -> bool:
+def claimed(feature: str) -> bool:
+    """Whether an ortstack build says its patches add ``feature`` (build info ``extra.features``).
+
+    Names: ``qlora``, ``empty_weights``, ``qk_norm``. A claimed feature that does not work fails the
+    suite instead of being recorded as a baseline.
+    """
     info = build_info()
-    return info is not None and feature in info.features
+    return info is not None and feature in info.extra.get("features", ())
 
 
 def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
@@ -121,7 +126,8 @@ def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
         Feature(
             name="build info",
             state="present" if info else "absent",
-            evidence=f"ortstack build: ORT {info.ort_commit[:12]}, variant {info.variant}, {len(info.patches)} patches"
+            evidence=f"ortstack build {info.version}: ORT {info.ort_commit[:12]}, variant {info.variant}, "
+            f"{len(info.patches)} patches"
             if info
             else "stock wheel (no ortstack build info)",
         ),
@@ -133,7 +139,7 @@ def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
         Feature(
             name=f"{QLORA_OP} schema",
             state="present" if has_qlora_schema() else "absent",
-            evidence="schema registry" + (" (build info claims it)" if _claimed("qlora") else ""),
+            evidence="schema registry" + (" (build info claims it)" if claimed("qlora") else ""),
         ),
         Feature(
             name="QLoRA fusion",
@@ -167,7 +173,9 @@ def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
         Feature(
             name="genai capture identity",
             state="unknown",
-            evidence=f"onnxruntime-genai {genai}: not probed by this suite" if genai else "onnxruntime-genai not installed",
+            evidence=f"onnxruntime-genai {genai}: not probed by this suite"
+            if genai
+            else "onnxruntime-genai not installed",
         )
     )
     return rows

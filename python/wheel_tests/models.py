@@ -37,7 +37,7 @@ def _model(
     graph = helper.make_graph(list(nodes), "wheel_tests", list(inputs), list(outputs), list(initializers))
     model = helper.make_model(graph, opset_imports=list(OPSETS), ir_version=IR_VERSION)
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    return bytes(model.SerializeToString())
 
 
 def _tensor(name: str, array: npt.NDArray[np.generic]) -> onnx.TensorProto:
@@ -207,13 +207,13 @@ def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
                 block_size=32,
             ),
         ]
-        shapes = {
+        shapes: dict[str, list[str | int | None]] = {
             "lora_down.B": [None, spec.k // 32, 32],
             "lora_down.scales": [None],
             "lora_up.B": [None, spec.rank // 32, 32],
             "lora_up.scales": [None],
         }
-        types = {"lora_down.B": TensorProto.UINT8, "lora_up.B": TensorProto.UINT8}
+        types: dict[str, int] = {"lora_down.B": TensorProto.UINT8, "lora_up.B": TensorProto.UINT8}
     else:
         down, up = "lora_down.weight", "lora_up.weight"
         if spec.layout == "transposed":
@@ -282,8 +282,8 @@ def paged_attention(spec: PagedSpec) -> bytes:
         ["output", "key_cache_out", "value_cache_out"],
         name="attention",
         domain="com.microsoft",
-        **attrs,
     )
+    node.attribute.extend(helper.make_attribute(key, value) for key, value in attrs.items())
     outputs = [
         helper.make_tensor_value_info("output", elem, ["T", spec.num_heads * d]),
         helper.make_tensor_value_info("key_cache_out", elem, cache_shape),

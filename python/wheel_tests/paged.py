@@ -81,9 +81,7 @@ def prenormalised(p: reference.PagedInputs) -> reference.PagedInputs:
     assert p.k_norm is not None
     q = reference.rms_norm_heads(p.query, p.q_norm, head_size=p.head_size, epsilon=p.epsilon)
     k = reference.rms_norm_heads(p.key, p.k_norm, head_size=p.head_size, epsilon=p.epsilon)
-    return dataclasses.replace(
-        p, query=q.astype(np.float16), key=k.astype(np.float16), q_norm=None, k_norm=None
-    )
+    return dataclasses.replace(p, query=q.astype(np.float16), key=k.astype(np.float16), q_norm=None, k_norm=None)
 
 
 def check(actual: list[np.ndarray], p: reference.PagedInputs) -> None:

@@ -11,11 +11,13 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 Outcome = Literal["ok", "error", "crash", "mismatch"]
 PROBE_TIMEOUT_S = 300
@@ -73,11 +75,11 @@ def _device(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
 
 def _empty_weight(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
     """MatMulNBits with zero-sized packed B: the output must be zeros or the broadcast bias."""
-    from wheel_tests import eps, models  # noqa: PLC0415
+    from wheel_tests import eps, models, reference  # noqa: PLC0415
 
     dtype = np.float16 if args.dtype == "fp16" else np.float32
     k = n = 64
-    bias = np.linspace(-1, 1, n).astype(dtype) if args.bias else None
+    bias: reference.FloatArray | None = np.linspace(-1, 1, n).astype(dtype) if args.bias else None
     model = models.matmul_nbits_empty_b(k=k, n=n, bits=args.bits, dtype=dtype, bias=bias)
     session = eps.make_session(model, cast("eps.EpKind", ep))
     (y,) = session.run(None, {"A": np.ones((3, k), dtype)})

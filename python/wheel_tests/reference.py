@@ -141,10 +141,13 @@ def rms_norm_heads(x: FloatArray, weight: FloatArray, *, head_size: int, epsilon
         raise ValueError(msg)
     heads = x.astype(np.float64).reshape(x.shape[0], -1, head_size)
     rms = np.sqrt(np.mean(heads**2, axis=-1, keepdims=True) + epsilon)
-    return (heads / rms * weight.astype(np.float64)).reshape(x.shape)
+    normalised: npt.NDArray[np.float64] = (heads / rms * weight.astype(np.float64)).reshape(x.shape)
+    return normalised
 
 
-def rotary(x: FloatArray, positions: npt.NDArray[np.integer], cos: FloatArray, sin: FloatArray, head_size: int) -> npt.NDArray[np.float64]:
+def rotary(
+    x: FloatArray, positions: npt.NDArray[np.integer], cos: FloatArray, sin: FloatArray, head_size: int
+) -> npt.NDArray[np.float64]:
     """Non-interleaved RoPE of (tokens, heads * head_size) at the given positions."""
     heads = x.astype(np.float64).reshape(x.shape[0], -1, head_size)
     half = head_size // 2

@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
-from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from wheel_tests import eps, models, reference
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 K, N = 256, 128
 DTYPES = [pytest.param(np.float32, id="fp32"), pytest.param(np.float16, id="fp16")]
 
 
-@cache
+_SESSIONS: dict[
+    tuple[object, ...], tuple[ort.InferenceSession, reference.QuantizedWeight, reference.FloatArray | None]
+] = {}
+
+
 def _case(
     ep: eps.EpKind, dtype: type[np.floating], bits: int, *, zero_points: bool, bias: bool
 ) -> tuple[ort.InferenceSession, reference.QuantizedWeight, reference.FloatArray | None]:
+    """One session per weight configuration, shared by the M values (shader compiles dominate)."""
+    key = (ep, np.dtype(dtype).name, bits, zero_points, bias)
+    if key in _SESSIONS:
+        return _SESSIONS[key]
     rng = np.random.default_rng(bits * 10 + zero_points * 2 + bias)
     weight = reference.quantize(rng.standard_normal((K, N)), bits=bits, zero_points=zero_points, dtype=dtype)
     bias_values = rng.standard_normal(N).astype(dtype) if bias else None
     session = eps.make_session(models.matmul_nbits(weight, dtype=dtype, bias=bias_values), ep)
-    return session, weight, bias_values
+    _SESSIONS[key] = (session, weight, bias_values)
+    return _SESSIONS[key]
 
 
 def _activations(m: int, dtype: type[np.floating]) -> reference.FloatArray:

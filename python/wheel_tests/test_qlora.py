@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from wheel_tests import capabilities, eps, lora, models, reference
+from wheel_tests.probes import run_probe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -26,6 +27,7 @@ SHAPES = [
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_adapters_on_off_switching(
     ep: eps.EpKind,
+    *,
     dtype: type[np.floating],
     form: models.AdapterForm,
     layout: models.Layout,
@@ -63,7 +65,7 @@ def test_empty_adapter_defaults(
     process); wrong numbers are a failure either way.
     """
     args = ["--ep", ep, "--dtype", "fp16" if dtype == np.float16 else "fp32", "--m", str(m)]
-    result = capabilities.run_probe("qlora-empty-defaults", *args)
+    result = run_probe("qlora-empty-defaults", *args)
     supported = capabilities.empty_weight_probe(ep).outcome == "ok"
     if supported:
         assert result.outcome == "ok", result.describe()
