@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,7 +14,10 @@ from upstream import LoopbackServer, Upstream, publish_upstream
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
+
+    from clirun import RunOrtstack
+
+PYTHON_SRC = Path(__file__).parents[1] / "python"
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +53,23 @@ def clean_server(server: LoopbackServer) -> Iterator[LoopbackServer]:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+@pytest.fixture(scope="session")
+def cli_env(base_env: dict[str, str]) -> dict[str, str]:
+    """The environment of ``python -m ortstack`` runs: this checkout's package, plain wide output."""
+    python_path = os.pathsep.join(filter(None, [str(PYTHON_SRC), base_env.get("PYTHONPATH", "")]))
+    return {**base_env, "PYTHONPATH": python_path, "NO_COLOR": "1", "COLUMNS": "250", "TERM": "dumb"}
+
+
+@pytest.fixture
+def run_ortstack(cli_env: dict[str, str], tmp_path: Path) -> RunOrtstack:
+    """Run ``python -m ortstack ARGS`` as a real process; returns its exit code and output."""
+
+    def run(*args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "ortstack", *(os.fspath(a) for a in args)]
+        return subprocess.run(
+            argv, check=False, cwd=cwd or tmp_path, env=cli_env, capture_output=True, text=True, timeout=120
+        )
+
+    return run

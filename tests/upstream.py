@@ -20,6 +20,7 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import threading
 import zipfile
 from collections.abc import Callable
@@ -317,7 +318,8 @@ class Upstream:
     def add_commit(self, files: Mapping[str, str | None], message: str, *, parent: str | None = None) -> str:
         """Commit ``files`` (path -> text, ``None`` deletes) on top of ``parent`` (default ``commit``).
 
-        The commit is made on a detached HEAD and pushed nowhere; returns its id.
+        The commit is made on a detached HEAD and pushed nowhere (``add_pull_request`` publishes one);
+        the work tree is back on ``main`` afterwards. Returns the new commit's id.
         """
         git("checkout", "--quiet", "--detach", parent or self.commit, cwd=self.work, env=self.env)
         for relative, text in files.items():
@@ -329,7 +331,9 @@ class Upstream:
             target.write_text(text, encoding="utf-8")
             git("add", relative, cwd=self.work, env=self.env)
         git("commit", "--quiet", "-m", message, cwd=self.work, env=self.env)
-        return git("rev-parse", "HEAD", cwd=self.work, env=self.env)
+        made = git("rev-parse", "HEAD", cwd=self.work, env=self.env)
+        git("checkout", "--quiet", "main", cwd=self.work, env=self.env)  # the work tree shows ``commit`` again
+        return made
 
     def add_pull_request(self, number: int, files: Mapping[str, str | None], message: str) -> str:
         """A PR head commit on top of ``commit``, published as ``refs/pull/<number>/head``."""
@@ -338,7 +342,10 @@ class Upstream:
         return head
 
     def file_at(self, commit: str, relative: str) -> bytes:
-        return git("show", f"{commit}:{relative}", cwd=self.work, env=self.env).encode()
+        """The exact bytes of ``relative`` at ``commit``."""
+        argv = ["git", "cat-file", "blob", f"{commit}:{relative}"]
+        env = {**self.env, **GIT_ENV_FIXED}
+        return subprocess.run(argv, cwd=self.work, env=env, capture_output=True, check=True).stdout
 
     def tree_files(self, commit: str) -> list[str]:
         return git("ls-tree", "-r", "--name-only", commit, cwd=self.work, env=self.env).splitlines()
@@ -386,3 +393,13 @@ def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str])
         archive=archive,
         archive_sha256=hashlib.sha256(archive).hexdigest(),
     )
+
+
+def stack_toml(*, repository: str, commit: str, archive_url: str = "", archive_sha256: str = "") -> str:
+    """A minimal ``stack.toml`` pinning ``commit``; extend the text for patches and variants."""
+    lines = ["[ort]", f'repository = "{repository}"', f'commit = "{commit}"']
+    if archive_url:
+        lines.append(f'archive_url = "{archive_url}"')
+    if archive_sha256:
+        lines.append(f'archive_sha256 = "{archive_sha256}"')
+    return "\n".join(lines) + "\n"

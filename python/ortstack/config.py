@@ -173,7 +173,7 @@ def _line_of(text: str, where: tuple[str | int, ...]) -> int | None:
                 counts[name] = counts.get(name, -1) + 1
                 parts = (*parts, counts[name])
             table = parts
-            if table == where:
+            if table[: len(where)] == where:  # the table itself, or the first of its sub-tables
                 return number
             continue
         if table == target_table and isinstance(key, str) and re.match(rf"^\s*{re.escape(key)}\s*=", line):
