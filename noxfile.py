@@ -51,6 +51,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(requires=["lint"])
 def test(session: nox.Session) -> None:
-    """Lint, run the orchestrator's tests, then the wheel suites (args go to pytest)."""
+    """Lint, run the orchestrator's tests (args go to pytest), then the wheel suites on every EP."""
     _install_ortstack(session, "test")
     session.run("pytest", *session.posargs)
+    session.run("ortstack", "test", "--ep", "all")
