@@ -7,15 +7,15 @@ import os
 from typing import TYPE_CHECKING
 
 import pytest
-from tests.clirun import one_error
 
+from clirun import one_error
 from ortstack import suites
 from ortstack.errors import SuiteError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tests.clirun import RunOrtstack
+    from clirun import RunOrtstack
 
 CORE = "onnxruntime_webgpu-1.32.0+stack.ab12cd-cp311-cp311-manylinux_2_28_x86_64.whl"
 CPU = "onnxruntime-1.32.0+stack.ab12cd-cp311-cp311-manylinux_2_28_x86_64.whl"
