@@ -167,7 +167,16 @@ def run_suite(
         "-p",
         "no:cacheprovider",
     ]
-    argv += ["-rs", "--pyargs", "wheel_tests", "-m", "not genai", *(f"--ep={ep}" for ep in wheel_set.eps), *pytest_args]
+    argv += [
+        "-rs",
+        "--durations=10",
+        "--pyargs",
+        "wheel_tests",
+        "-m",
+        "not genai",
+        *(f"--ep={ep}" for ep in wheel_set.eps),
+        *pytest_args,
+    ]
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ortstack-suite-") as outside:
         done = _run.run(argv, cwd=Path(outside), env=child_env, check=False, timeout=PYTEST_TIMEOUT_S)

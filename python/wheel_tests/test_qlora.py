@@ -14,17 +14,19 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-DTYPES = [pytest.param(np.float32, id="fp32"), pytest.param(np.float16, id="fp16")]
-SHAPES = [
-    pytest.param("float", "original", id="float-original"),
-    pytest.param("float", "transposed", id="float-transposed"),
-    pytest.param("int8", "original", id="int8"),
+# Pairwise over adapter form/layout, dtype and M (decode, prefill): each pair of levels appears.
+CASES = [
+    pytest.param("float", "original", np.float32, 1, id="float-original-fp32-decode"),
+    pytest.param("float", "original", np.float16, 16, id="float-original-fp16-prefill"),
+    pytest.param("float", "transposed", np.float32, 16, id="float-transposed-fp32-prefill"),
+    pytest.param("float", "transposed", np.float16, 1, id="float-transposed-fp16-decode"),
+    pytest.param("int8", "original", np.float32, 1, id="int8-fp32-decode"),
+    pytest.param("int8", "original", np.float16, 16, id="int8-fp16-prefill"),
 ]
+DTYPES = [pytest.param(np.float32, id="fp32"), pytest.param(np.float16, id="fp16")]
 
 
-@pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
-@pytest.mark.parametrize(("form", "layout"), SHAPES)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("form", "layout", "dtype", "m"), CASES)
 def test_adapters_on_off_switching(
     ep: eps.EpKind,
     *,
