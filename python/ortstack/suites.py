@@ -7,6 +7,7 @@ optionally the WebGPU plugin EP wheel. Venvs are cached by the hash of their whe
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import tempfile
 import time
@@ -33,6 +34,8 @@ WEBGPU_BASELINE = "onnxruntime-webgpu==1.27.0"
 PLUGIN_BASELINE = "onnxruntime-ep-webgpu==0.4.0"
 # What the suites themselves need next to the wheels under test.
 SUITE_REQUIREMENTS = ("numpy>=1.26", "onnx>=1.17", "pytest>=8")
+# The genai suite's own venv: torch (CPU) + transformers make the tiny model, genai's builder converts it.
+GENAI_REQUIREMENTS = ("torch==2.13.0", "transformers>=4.45", "tokenizers>=0.20", "onnxruntime-genai==0.18.0", "onnx-ir")
 PYTEST_TIMEOUT_S = 3600
 
 
@@ -45,6 +48,9 @@ class WheelSet:
     eps: tuple[EpKind, ...]
     """The EPs its suite run asks for; those the set lacks are reported as not run."""
     baseline: bool = False
+    marker: str = "not genai"
+    """The pytest marker expression: the genai suite runs alone in its own venv."""
+    extra_requirements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +141,22 @@ def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
     ]
 
 
+def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
+    """Add the genai end-to-end suite, in its own venv, beside the first set with an onnxruntime core
+    that genai accepts (the CPU ``onnxruntime`` one; genai needs onnxruntime >= 1.31)."""
+    for wheel_set in sets:
+        if not any("onnxruntime-webgpu" in r or "onnxruntime_webgpu" in r for r in wheel_set.requirements):
+            genai = dataclasses.replace(
+                wheel_set,
+                label=f"genai on {wheel_set.label}",
+                marker="genai",
+                extra_requirements=GENAI_REQUIREMENTS,
+            )
+            return [*sets, genai]
+    msg = "no wheel set can host the genai suite (it needs the CPU onnxruntime core, >= 1.31)"
+    raise SuiteError(msg, tip="test a CPU onnxruntime wheel (plus the plugin EP wheel) with --genai")
+
+
 def _ortstack_source() -> Path:
     """The ``python/`` project this ortstack runs from; the suite venvs install it for wheel_tests."""
     source = Path(ortstack.__file__).resolve().parent.parent
@@ -149,15 +171,21 @@ def _ortstack_source() -> Path:
 
 def prepare_venv(wheel_set: WheelSet, cache_dir: Path, env: Mapping[str, str]) -> venv.Venv:
     """A cached venv with the wheel set, what the suites need and ortstack itself (editable)."""
-    extras = (*SUITE_REQUIREMENTS, f"--editable={_ortstack_source()}")
+    extras = (*SUITE_REQUIREMENTS, *wheel_set.extra_requirements, f"--editable={_ortstack_source()}")
     return venv.ensure("+".join(wheel_set.requirements), cache_dir=cache_dir, env=env, extras=extras)
 
 
 def run_suite(
-    wheel_set: WheelSet, suite_venv: venv.Venv, env: Mapping[str, str], pytest_args: Sequence[str] = ()
+    wheel_set: WheelSet,
+    suite_venv: venv.Venv,
+    env: Mapping[str, str],
+    *,
+    cache_dir: Path,
+    pytest_args: Sequence[str] = (),
 ) -> SuiteResult:
     """``python -m pytest --pyargs wheel_tests`` in ``venv``, from an empty directory outside the repo."""
     child_env = {k: v for k, v in env.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
+    child_env["WHEEL_TESTS_CACHE"] = str(cache_dir / "wheel-tests")
     argv: list[str | os.PathLike[str]] = [
         suite_venv.python,
         "-m",
@@ -173,7 +201,7 @@ def run_suite(
         "--pyargs",
         "wheel_tests",
         "-m",
-        "not genai",
+        wheel_set.marker,
         *(f"--ep={ep}" for ep in wheel_set.eps),
         *pytest_args,
     ]
@@ -190,8 +218,11 @@ def run_all(
     cache_dir: Path,
     env: Mapping[str, str],
     pytest_args: Sequence[str] = (),
+    genai: bool = False,
 ) -> list[SuiteResult]:
     sets = plan(wheels, requested)
+    if genai:
+        sets = with_genai(sets)
     if any(s.baseline for s in sets):
         log.loud(
             "No wheel under test: running the suites on the STOCK BASELINE wheels "
@@ -202,7 +233,7 @@ def run_all(
     for wheel_set in sets:
         with log.step(f"test {wheel_set.label} on {', '.join(wheel_set.eps)}"):
             suite_venv = prepare_venv(wheel_set, cache_dir, env)
-            results.append(run_suite(wheel_set, suite_venv, env, pytest_args))
+            results.append(run_suite(wheel_set, suite_venv, env, cache_dir=cache_dir, pytest_args=pytest_args))
     log.table(
         "wheel suites",
         ["wheel set", "EPs", "result", "time"],

@@ -30,10 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="execution provider to test (repeatable; default all); missing ones are reported as not run",
     )
+    parser.add_argument(
+        "--genai",
+        action="store_true",
+        help="also run the onnxruntime-genai end-to-end suite (own venv with CPU torch and transformers)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
 
 
 def main(args: argparse.Namespace, config: Settings) -> int:
     wheels = [w.resolve() for w in args.wheel] or suites.newest_wheels(config.dist_dir)
-    suites.run_all(wheels, args.ep, cache_dir=config.cache_dir, env=config.env, pytest_args=args.pytest_args)
+    suites.run_all(
+        wheels, args.ep, cache_dir=config.cache_dir, env=config.env, pytest_args=args.pytest_args, genai=args.genai
+    )
     return 0
