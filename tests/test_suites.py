@@ -83,3 +83,17 @@ def test_cli_reports_a_bad_wheel_name_in_one_line(run_ortstack: RunOrtstack, tmp
     (bad,) = _wheels(tmp_path, "not-a-wheel.whl")
     line = one_error(run_ortstack("test", "--wheel", bad, cwd=tmp_path), 7)
     assert "is not a wheel file name" in line
+
+
+def test_genai_runs_in_its_own_venv_beside_the_cpu_core() -> None:
+    sets = suites.with_genai(suites.plan([], ["all"]))
+    genai = sets[-1]
+    assert genai.marker == "genai"
+    assert genai.requirements == (suites.CPU_BASELINE, suites.PLUGIN_BASELINE)
+    assert set(suites.GENAI_REQUIREMENTS) <= set(genai.extra_requirements)
+    assert all(s.marker == "not genai" for s in sets[:-1])
+
+
+def test_genai_needs_a_cpu_core() -> None:
+    with pytest.raises(SuiteError, match="genai"):
+        suites.with_genai(suites.plan([], ["webgpu"]))
