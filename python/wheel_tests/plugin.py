@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from _pytest.terminal import TerminalReporter
 
+OUTCOMES = ("passed", "failed", "skipped", "error")
 BASELINES_KEY = pytest.StashKey[list[tuple[str, str]]]()
 
 
@@ -90,17 +91,15 @@ def record_baseline(request: pytest.FixtureRequest) -> Callable[[str], None]:
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.Config) -> None:
     counts: Counter[tuple[str, str]] = Counter()
-    for outcome in ("passed", "failed", "skipped", "error"):
+    for outcome in OUTCOMES:
         for report in terminalreporter.stats.get(outcome, []):
-            if getattr(report, "when", "call") == "teardown" and outcome == "passed":
+            # One report per test: the call phase, or the setup phase for tests skipped before it.
+            if outcome in {"passed", "failed"} and getattr(report, "when", "call") != "call":
                 continue
-            ep = dict(getattr(report, "user_properties", [])).get("ep", "-")
-            if outcome == "passed" and report.when != "call":
-                continue
-            counts[str(ep), outcome] += 1
+            counts[str(dict(getattr(report, "user_properties", [])).get("ep", "-")), outcome] += 1
     terminalreporter.section("wheel suites: tests per execution provider")
     for ep in sorted({ep for ep, _ in counts}):
-        parts = ", ".join(f"{counts[ep, o]} {o}" for o in ("passed", "failed", "skipped", "error") if counts[ep, o])
+        parts = ", ".join(f"{counts[ep, o]} {o}" for o in OUTCOMES if counts[ep, o])
         terminalreporter.write_line(f"{ep:<7} {parts}")
     baselines = config.stash.get(BASELINES_KEY, [])
     if baselines:
