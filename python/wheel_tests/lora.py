@@ -37,13 +37,18 @@ def adapter_weights(s: models.QloraSpec, seed: int) -> reference.LoraWeights:
     return reference.LoraWeights(down=down.astype(s.dtype), up=up.astype(s.dtype))
 
 
-def write_adapter(path: Path, tensors: dict[str, np.ndarray]) -> ort.LoraAdapter:
-    """Write an ``.onnx_adapter`` with AdapterFormat and load it back as a LoraAdapter."""
+def export_adapter(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """Write an ``.onnx_adapter`` file with AdapterFormat."""
     fmt = ort.AdapterFormat()
     fmt.set_adapter_version(1)
     fmt.set_model_version(1)
     fmt.set_parameters({name: ort.OrtValue.ortvalue_from_numpy(value) for name, value in tensors.items()})
     fmt.export_adapter(str(path))
+
+
+def write_adapter(path: Path, tensors: dict[str, np.ndarray]) -> ort.LoraAdapter:
+    """Write an ``.onnx_adapter`` with AdapterFormat and load it back as a LoraAdapter."""
+    export_adapter(path, tensors)
     adapter = ort.LoraAdapter()
     adapter.Load(str(path))
     return adapter
