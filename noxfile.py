@@ -55,3 +55,9 @@ def test(session: nox.Session) -> None:
     _install_ortstack(session, "test")
     session.run("pytest", *session.posargs)
     session.run("ortstack", "test", "--ep", "all")
+
+
+@nox.session(name="test-genai", default=False)
+def test_genai(session: nox.Session) -> None:
+    """The wheel suites plus the onnxruntime-genai end-to-end suite (needs CPU torch: a large install)."""
+    _ortstack(session, "test", "--ep", "all", "--genai")

@@ -2,12 +2,13 @@
 
 fp32 CPU greedy decoding must equal torch's token for token; the int4 model on WebGPU must decode
 the same greedy tokens as the int4 model on CPU; a LoRA adapter off decodes the base tokens, on it
-changes them identically on CPU and WebGPU. Capture identity (an adapter activated after graph
-capture) is not checked yet: the matrix reports it as unknown.
+changes them identically on CPU and WebGPU; an adapter activated after graph capture changes the
+logits as it does without capture (genai's capture identity), or the baseline is recorded.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 from wheel_tests import capabilities, eps, genai_model
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 pytestmark = pytest.mark.genai
@@ -103,3 +105,45 @@ def test_adapter_off_equals_base_and_on_changes_cpu_and_webgpu_alike(tmp_path: P
         with_adapter[ep], _ = _genai_greedy(adapted, ids, adapter)
         assert with_adapter[ep] != base, ep
     assert with_adapter["webgpu"] == with_adapter["cpu"]
+
+
+def _logits_after_late_activation(capture: str, *, activate: bool) -> np.ndarray:
+    """Decode 4 base tokens (captured when ``capture`` is "1"), then maybe activate the adapter,
+    then one more step: that step's logits."""
+    adapted = genai_model.with_lora("int4", "webgpu")
+    adapter = genai_model.lora_adapter(adapted / "capture.onnx_adapter", layers=2, hidden=64, dtype=np.float16, seed=1)
+    config = og.Config(str(adapted))
+    webgpu_options = {"enableGraphCapture": capture, "validationMode": "basic"}
+    config.overlay(
+        json.dumps({"model": {"decoder": {"session_options": {"provider_options": [{"webgpu": webgpu_options}]}}}})
+    )
+    model = og.Model(config)
+    adapters = og.Adapters(model)
+    adapters.load(str(adapter), "adapter")
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=32, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(_prompt_ids())
+    for _ in range(4):
+        generator.generate_next_token()
+    if activate:
+        generator.set_active_adapter(adapters, "adapter")
+    generator.generate_next_token()
+    return np.array(generator.get_output("logits"), dtype=np.float64)
+
+
+@pytest.mark.usefixtures("webgpu")
+def test_adapter_activated_after_graph_capture(record_baseline: Callable[[str], None]) -> None:
+    """Capture identity: activating an adapter after decode was captured must change the logits as
+    it does without capture. A genai without the fix replays the base graph: recorded as baseline."""
+    uncaptured = _logits_after_late_activation("0", activate=True)
+    base = _logits_after_late_activation("1", activate=False)
+    captured = _logits_after_late_activation("1", activate=True)
+    tolerance = 1e-2 * max(np.abs(uncaptured).max(), 1.0)
+    assert np.abs(uncaptured - base).max() > 10 * tolerance, "the adapter does not change these logits"
+    if np.abs(captured - uncaptured).max() <= tolerance:
+        return
+    assert np.abs(captured - base).max() <= tolerance, "captured decode is neither base nor adapted"
+    record_baseline(
+        f"capture identity absent in onnxruntime-genai {og.__version__}: captured decode ignores the adapter"
+    )
