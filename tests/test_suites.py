@@ -97,3 +97,12 @@ def test_genai_runs_in_its_own_venv_beside_the_cpu_core() -> None:
 def test_genai_needs_a_cpu_core() -> None:
     with pytest.raises(SuiteError, match="genai"):
         suites.with_genai(suites.plan([], ["webgpu"]))
+
+
+def test_junit_counts_name_tests_not_run(tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest" tests="10" skipped="4" failures="1" errors="1"/></testsuites>'
+    )
+    assert suites._junit_counts(report) == "4 passed, 4 not run, 2 failed"
+    assert suites._junit_counts(tmp_path / "missing.xml") == ""

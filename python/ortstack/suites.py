@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+from xml.etree import ElementTree as ET
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
@@ -58,6 +59,8 @@ class SuiteResult:
     wheel_set: WheelSet
     returncode: int
     seconds: float
+    counts: str = ""
+    """``N passed, M not run, K failed`` from the run's JUnit report ("" if pytest wrote none)."""
 
     @property
     def outcome(self) -> str:
@@ -207,8 +210,25 @@ def run_suite(
     ]
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ortstack-suite-") as outside:
+        report = Path(outside) / "junit.xml"
+        argv.append(f"--junitxml={report}")
         done = _run.run(argv, cwd=Path(outside), env=child_env, check=False, timeout=PYTEST_TIMEOUT_S)
-    return SuiteResult(wheel_set=wheel_set, returncode=done.returncode, seconds=time.perf_counter() - start)
+        counts = _junit_counts(report)
+    return SuiteResult(
+        wheel_set=wheel_set, returncode=done.returncode, seconds=time.perf_counter() - start, counts=counts
+    )
+
+
+def _junit_counts(report: Path) -> str:
+    """Passed / not run / failed from pytest's JUnit XML (our own file, written by the run above)."""
+    if not report.is_file():
+        return ""
+    suite = ET.parse(report).getroot()  # noqa: S314 - a file this run just wrote
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+    failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    parts = [f"{tests - skipped - failed} passed", f"{skipped} not run"] + ([f"{failed} failed"] if failed else [])
+    return ", ".join(parts)
 
 
 def run_all(
@@ -236,8 +256,8 @@ def run_all(
             results.append(run_suite(wheel_set, suite_venv, env, cache_dir=cache_dir, pytest_args=pytest_args))
     log.table(
         "wheel suites",
-        ["wheel set", "EPs", "result", "time"],
-        [[r.wheel_set.label, ",".join(r.wheel_set.eps), r.outcome, f"{r.seconds:.0f} s"] for r in results],
+        ["wheel set", "EPs", "result", "tests", "time"],
+        [[r.wheel_set.label, ",".join(r.wheel_set.eps), r.outcome, r.counts, f"{r.seconds:.0f} s"] for r in results],
     )
     failed = [r for r in results if r.returncode != 0]
     if failed:
