@@ -7,11 +7,14 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import os
     import subprocess
+    from collections.abc import Mapping
     from pathlib import Path
 
 
 class RunOrtstack(Protocol):
-    def __call__(self, *args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]: ...
+    def __call__(
+        self, *args: str | os.PathLike[str], cwd: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]: ...
 
 
 def error_lines(stderr: str) -> list[str]:

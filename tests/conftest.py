@@ -13,7 +13,7 @@ import pytest
 from upstream import LoopbackServer, Upstream, publish_upstream
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from clirun import RunOrtstack
 
@@ -64,12 +64,14 @@ def cli_env(base_env: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture
 def run_ortstack(cli_env: dict[str, str], tmp_path: Path) -> RunOrtstack:
-    """Run ``python -m ortstack ARGS`` as a real process; returns its exit code and output."""
+    """Run ``python -m ortstack ARGS`` as a real process (``env`` adds variables); returns code and output."""
 
-    def run(*args: str | os.PathLike[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str | os.PathLike[str], cwd: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "ortstack", *(os.fspath(a) for a in args)]
-        return subprocess.run(
-            argv, check=False, cwd=cwd or tmp_path, env=cli_env, capture_output=True, text=True, timeout=120
-        )
+        full_env = {**cli_env, **(env or {})}
+        where = cwd or tmp_path
+        return subprocess.run(argv, check=False, cwd=where, env=full_env, capture_output=True, text=True, timeout=120)
 
     return run

@@ -489,9 +489,23 @@ def test_resume_a_download_an_earlier_run_left(
     part.write_bytes(upstream.archive[:1000])
     leftover = cache_dir / "sources" / f".tmp-{upstream.commit}-crashed"
     (leftover / "tree").mkdir(parents=True)
+    unmarked = cache_dir / "sources" / upstream.commit / "half-extracted.txt"  # renamed, marker never written
+    unmarked.parent.mkdir()
+    unmarked.write_text("stale\n")
     stack = load(archive_stack(tmp_path, upstream, url=upstream.archive_url, sha256=upstream.archive_sha256))
     result = fetch.ensure_source(stack, settings.resolve(base_env, stack_file=stack.path, cache_dir=cache_dir))
     assert [header for _, header in clean_server.ranges()] == ["bytes=1000-"]
     assert_tree_is(result.source_dir, upstream, upstream.commit)
     assert not leftover.exists()
+    assert not unmarked.exists()
     assert not part.exists()
+
+
+def test_not_enough_disk_space(
+    run_ortstack: RunOrtstack, upstream: Upstream, clean_server: LoopbackServer, tmp_path: Path, cache_dir: Path
+) -> None:
+    stack = archive_stack(tmp_path, upstream, url=upstream.archive_url, sha256=upstream.archive_sha256)
+    too_much = {"ORTSTACK_MIN_FREE_GIB_FETCH": "1e9"}
+    line = one_error(run_ortstack("fetch", "--stack", stack, "--cache-dir", cache_dir, env=too_much), 9)
+    assert f"fetch needs 1000000000.0 GiB free under {cache_dir}" in line
+    assert clean_server.requests() == 0  # checked before any download

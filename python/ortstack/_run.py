@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from typing import TYPE_CHECKING, Literal, overload
 
 from ortstack import log
@@ -107,12 +109,21 @@ def _run_logged(
             errors="replace",
         ) as process,
     ):
-        assert process.stdout is not None  # set by stdout=PIPE
-        for line in process.stdout:
-            sink.write(line)
-            if not quiet:
-                sys.stderr.write(line)
+
+        def pump() -> None:
+            assert process.stdout is not None  # set by stdout=PIPE
+            with contextlib.suppress(ValueError, OSError):  # the pipe or the log closed under us
+                for line in process.stdout:
+                    sink.write(line)
+                    if not quiet:
+                        sys.stderr.write(line)
+
+        # A daemon the command starts (a compiler-cache server) can keep the pipe open long after the
+        # command exits: wait for the command, not for the end of its output.
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
         returncode = process.wait()
+        reader.join(timeout=2)
     if check and returncode:
         raise subprocess.CalledProcessError(returncode, args)
     return subprocess.CompletedProcess(args, returncode)

@@ -209,13 +209,42 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
         "ORTSTACK_JOBS": str(jobs),
     }
     log_file = settings.work_dir / "logs" / f"build-{variant.name}.log"
+    log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
     env = {**settings.env, **tools.cache_env}
+    toolchain.start_cache_server(tools, env)
+    landed = _compile(
+        settings,
+        variant=variant,
+        plan=plan,
+        staging=staging,
+        build_dir=build_dir,
+        defines=defines,
+        env=env,
+        log_file=log_file,
+    )
+    stamp = {"fingerprint": fingerprint, "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in landed}}
+    wheel.write_if_changed(build_dir / STAMP, json.dumps(stamp, indent=2).encode())
+    seconds = (datetime.now(UTC) - start).total_seconds()
+    return BuildResult(variant=variant.name, wheels=tuple(landed), up_to_date=False, seconds=seconds, log_file=log_file)
+
+
+def _compile(
+    settings: Settings,
+    *,
+    variant: Variant,
+    plan: variants.WheelPlan,
+    staging: Path,
+    build_dir: Path,
+    defines: dict[str, str],
+    env: dict[str, str],
+    log_file: Path,
+) -> list[Path]:
+    """``pip wheel`` the staging project into a temporary folder; dist/ changes only if all went well."""
     with tempfile.TemporaryDirectory(prefix=f"ortstack-{variant.name}-", dir=settings.work_dir) as tmp:
         raw_dir, repaired_dir = Path(tmp) / "raw", Path(tmp) / "repaired"
         argv = [sys.executable, "-m", "pip", "wheel", str(staging), "--no-build-isolation", "--no-deps", "-v"]
         argv += ["--wheel-dir", str(raw_dir), f"--config-settings=build-dir={build_dir.as_posix()}"]
         argv += [f"--config-settings=cmake.define.{k}={v}" for k, v in defines.items()]
-        log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
         try:
             _run.run(argv, env=env, log_file=log_file)
         except subprocess.CalledProcessError:
@@ -227,11 +256,7 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
             raise BuildError(msg)
         wheel.check_contents(built[0], plan)
         repaired = wheel.repair(built[0], repaired_dir, env)
-        landed = wheel.replace_in_dist([repaired], settings.dist_dir, plan.name)
-    stamp = {"fingerprint": fingerprint, "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in landed}}
-    wheel.write_if_changed(build_dir / STAMP, json.dumps(stamp, indent=2).encode())
-    seconds = (datetime.now(UTC) - start).total_seconds()
-    return BuildResult(variant=variant.name, wheels=tuple(landed), up_to_date=False, seconds=seconds, log_file=log_file)
+        return wheel.replace_in_dist([repaired], settings.dist_dir, plan.name)
 
 
 def _check_sources(

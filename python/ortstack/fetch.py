@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from ortstack import _run, archive, download, log
+from ortstack import _run, archive, diskspace, download, log
 from ortstack.cache import Cache, remove_tree, tree_size
 from ortstack.errors import ChecksumError, ConfigError, FetchError
 from ortstack.lockfile import Lock
@@ -86,6 +86,7 @@ def ensure_source(
         cached = _cached(cache, pin.commit, start)  # another process may have finished it meanwhile
         if cached is not None:
             return cached
+        diskspace.check("fetch", cache.root, settings.env)
         cache.remove_stale_temps(cache.sources, pin.commit)
         work = cache.temp_dir(cache.sources, pin.commit)
         try:

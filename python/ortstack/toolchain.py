@@ -126,6 +126,16 @@ def detect(options: BuildOptions, env: Mapping[str, str]) -> Toolchain:
     )
 
 
+def start_cache_server(toolchain: Toolchain, env: Mapping[str, str]) -> None:
+    """sccache: start its server now, with the backend in ``env``, rather than from the first compile.
+
+    A server started by a compile would inherit that build's output pipe and the backend settings of
+    whichever build came first. One already running keeps its settings (stop it to change backend).
+    """
+    if toolchain.cache == "sccache":
+        _run.run([toolchain.cache_program, "--start-server"], env=env, check=False, quiet=True)
+
+
 def total_memory_bytes() -> int | None:
     """Physical memory; ``None`` where the platform does not say (then only cores count)."""
     sysconf = getattr(os, "sysconf", None)  # POSIX only; Windows has no sysconf
