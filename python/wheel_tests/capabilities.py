@@ -168,6 +168,15 @@ def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
                 evidence=probe.describe(),
             )
         )
+    for ep in runnable:
+        probe = run_probe("qk-norm", "--ep", ep)
+        rows.append(
+            Feature(
+                name=f"PagedAttention q/k norm ({ep})",
+                state="present" if probe.outcome == "ok" else "absent",
+                evidence=probe.describe(),
+            )
+        )
     genai = _version("onnxruntime-genai")
     rows.append(
         Feature(

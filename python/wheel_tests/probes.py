@@ -116,10 +116,25 @@ def _qlora_empty_defaults(ep: str, args: argparse.Namespace) -> tuple[Outcome, s
     return "ok", "adapter off = base, adapter on = base + adapter"
 
 
+def _qk_norm(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
+    """PagedAttention with per-head Q/K RMSNorm weights against the reference (output and caches)."""
+    from wheel_tests import eps, paged  # noqa: PLC0415
+
+    inputs = paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=True)
+    session = eps.make_session(paged.model(qk_norm=True), cast("eps.EpKind", ep))
+    outputs = [np.asarray(o) for o in session.run(None, paged.feeds(inputs))]
+    try:
+        paged.check(outputs, inputs)
+    except AssertionError as exc:
+        return "mismatch", str(exc)
+    return "ok", "output and caches match the reference"
+
+
 PROBES: dict[str, Callable[[str, argparse.Namespace], tuple[Outcome, str]]] = {
     "device": _device,
     "empty-weight": _empty_weight,
     "qlora-empty-defaults": _qlora_empty_defaults,
+    "qk-norm": _qk_norm,
 }
 
 
