@@ -182,9 +182,9 @@ def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
         Feature(
             name="genai capture identity",
             state="unknown",
-            evidence=f"onnxruntime-genai {genai}: not probed by this suite"
+            evidence=f"onnxruntime-genai {genai}: settled by the genai tests (see the end of the run)"
             if genai
-            else "onnxruntime-genai not installed",
+            else "onnxruntime-genai not installed (ortstack test --genai)",
         )
     )
     return rows

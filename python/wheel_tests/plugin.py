@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 OUTCOMES = ("passed", "failed", "skipped", "error")
 BASELINES_KEY = pytest.StashKey[list[tuple[str, str]]]()
+FEATURES_KEY = pytest.StashKey[list[capabilities.Feature]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,6 +42,7 @@ def requested_eps(config: pytest.Config) -> tuple[eps.EpKind, ...]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[BASELINES_KEY] = []
+    config.stash[FEATURES_KEY] = []
     config.addinivalue_line("markers", "genai: end-to-end onnxruntime-genai tests (own environment)")
 
 
@@ -89,6 +91,12 @@ def record_baseline(request: pytest.FixtureRequest) -> Callable[[str], None]:
     return record
 
 
+@pytest.fixture
+def record_feature(request: pytest.FixtureRequest) -> Callable[[capabilities.Feature], None]:
+    """Settle a feature-matrix row that only a test can decide; listed at the end of the run."""
+    return request.config.stash[FEATURES_KEY].append
+
+
 def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.Config) -> None:
     counts: Counter[tuple[str, str]] = Counter()
     for outcome in OUTCOMES:
@@ -101,6 +109,11 @@ def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.C
     for ep in sorted({ep for ep, _ in counts}):
         parts = ", ".join(f"{counts[ep, o]} {o}" for o in OUTCOMES if counts[ep, o])
         terminalreporter.write_line(f"{ep:<7} {parts}")
+    features = config.stash.get(FEATURES_KEY, [])
+    if features:
+        terminalreporter.section("feature matrix rows settled by tests")
+        for f in features:
+            terminalreporter.write_line(f"{f.name}  {f.state}  {f.evidence}")
     baselines = config.stash.get(BASELINES_KEY, [])
     if baselines:
         terminalreporter.section("baseline behaviour recorded (features this wheel lacks)")

@@ -133,7 +133,9 @@ def _logits_after_late_activation(capture: str, *, activate: bool) -> np.ndarray
 
 
 @pytest.mark.usefixtures("webgpu")
-def test_adapter_activated_after_graph_capture(record_baseline: Callable[[str], None]) -> None:
+def test_adapter_activated_after_graph_capture(
+    record_baseline: Callable[[str], None], record_feature: Callable[[capabilities.Feature], None]
+) -> None:
     """Capture identity: activating an adapter after decode was captured must change the logits as
     it does without capture. A genai without the fix replays the base graph: recorded as baseline."""
     uncaptured = _logits_after_late_activation("0", activate=True)
@@ -141,9 +143,14 @@ def test_adapter_activated_after_graph_capture(record_baseline: Callable[[str], 
     captured = _logits_after_late_activation("1", activate=True)
     tolerance = 1e-2 * max(np.abs(uncaptured).max(), 1.0)
     assert np.abs(uncaptured - base).max() > 10 * tolerance, "the adapter does not change these logits"
-    if np.abs(captured - uncaptured).max() <= tolerance:
+    row = f"genai capture identity (onnxruntime-genai {og.__version__})"
+    difference = np.abs(captured - uncaptured).max()
+    if difference <= tolerance:
+        evidence = f"adapter activated after capture: max |captured - uncaptured| {difference:.2g}"
+        record_feature(capabilities.Feature(name=row, state="present", evidence=evidence))
         return
     assert np.abs(captured - base).max() <= tolerance, "captured decode is neither base nor adapted"
+    record_feature(capabilities.Feature(name=row, state="absent", evidence="captured decode replays the base graph"))
     record_baseline(
         f"capture identity absent in onnxruntime-genai {og.__version__}: captured decode ignores the adapter"
     )
