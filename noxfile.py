@@ -54,3 +54,10 @@ def test(session: nox.Session) -> None:
     """Lint, run the orchestrator's tests, then the wheel suites (args go to pytest)."""
     _install_ortstack(session, "test")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmark wheels A/B: op chains and genai TTFT/decode (`-- --wheel A --wheel B --ep webgpu [--quick]`)."""
+    _install_ortstack(session, "bench")
+    session.run("ortstack", "bench", *session.posargs)
