@@ -47,7 +47,7 @@ class BenchOptions:
     ms: tuple[int, ...] = (1, 128, 1024)
     k: int = 4096
     layers: int = 16
-    variants: tuple[str, ...] = ("base", "lora_fp16", "lora_int8")
+    variants: tuple[str, ...] = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8")
     prompt_lengths: tuple[int, ...] = (128, 1024)
     generate: int = 128
     capture_modes: tuple[bool, ...] = (False, True)
@@ -138,6 +138,7 @@ def ensure_model(options: BenchOptions, env: Mapping[str, str]) -> Path:
             env=env,
             extras=BUILDER_REQUIREMENTS,
             pip_args=options.pip_args,
+            system_site_packages=options.system_site_packages,
         )
         python = builder.python
     if root.exists():

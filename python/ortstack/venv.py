@@ -122,8 +122,13 @@ def venv_python(root: Path) -> Path:
     return root / "bin" / "python"
 
 
+def _uv(env: Mapping[str, str], *, system_site_packages: bool) -> str | None:
+    # uv does not see packages that a .pth file adds, so inheriting venvs use pip.
+    return None if system_site_packages else _run.which("uv", env)
+
+
 def _create(root: Path, python: Path, env: Mapping[str, str], *, system_site_packages: bool) -> None:
-    uv = _run.which("uv", env)
+    uv = _uv(env, system_site_packages=system_site_packages)
     system = ["--system-site-packages"] if system_site_packages else []
     if uv is not None:
         _run.run([uv, "venv", "--quiet", *system, "--python", python, root], env=env)
@@ -131,8 +136,19 @@ def _create(root: Path, python: Path, env: Mapping[str, str], *, system_site_pac
         _run.run([python, "-m", "venv", *system, root], env=env)
 
 
-def _install(root: Path, args: Sequence[str], env: Mapping[str, str], pip_args: Sequence[str]) -> None:
-    uv = _run.which("uv", env)
+def _inherit_parent_venv(root: Path, python: Path, env: Mapping[str, str]) -> None:
+    """``--system-site-packages`` sees the base interpreter only; when ``python`` is itself a venv's,
+    a ``.pth`` file adds that venv's site-packages too (after the new venv's own)."""
+    show_site = "import site, sys; print(sys.prefix != sys.base_prefix); print(*site.getsitepackages(), sep='\\n')"
+    lines = _run.run([python, "-c", show_site], env=env, capture=True, quiet=True).stdout.splitlines()
+    if lines[0] != "True":
+        return
+    show_purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = _run.run([venv_python(root), "-c", show_purelib], env=env, capture=True, quiet=True).stdout.strip()
+    (Path(purelib) / "ortstack-parent-site.pth").write_text("\n".join(lines[1:]) + "\n")
+
+
+def _install(root: Path, args: Sequence[str], env: Mapping[str, str], pip_args: Sequence[str], uv: str | None) -> None:
     if uv is not None:
         _run.run([uv, "pip", "install", "--quiet", "--python", venv_python(root), *pip_args, *args], env=env)
     else:
@@ -184,9 +200,12 @@ def ensure(
         with log.step(f"venv for {spec_label(spec)}"):
             try:
                 _create(root, interpreter, env, system_site_packages=system_site_packages)
-                _install(root, [*parts, *extras], env, pip_args)
+                if system_site_packages:
+                    _inherit_parent_venv(root, interpreter, env)
+                uv = _uv(env, system_site_packages=system_site_packages)
+                _install(root, [*parts, *extras], env, pip_args, uv)
                 if extras_no_deps:
-                    _install(root, extras_no_deps, env, [*pip_args, "--no-deps"])
+                    _install(root, extras_no_deps, env, [*pip_args, "--no-deps"], uv)
             except subprocess.CalledProcessError as exc:
                 msg = f"installing {spec_label(spec)} into a fresh venv failed (exit {exc.returncode})"
                 raise SuiteError(

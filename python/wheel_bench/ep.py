@@ -17,6 +17,8 @@ from typing import Any
 import onnxruntime as ort
 
 WEBGPU = "WebGpuExecutionProvider"
+# A plugin library may be registered once per process (with onnxruntime and with genai each).
+registered: set[str] = set()
 PLUGIN_REGISTRATION_NAME = "webgpu"
 
 
@@ -100,6 +102,7 @@ def setup(ep: str) -> EpSetup:
     library = plugin_library()
     if library is not None:
         ort.register_execution_provider_library(PLUGIN_REGISTRATION_NAME, library)
+        registered.add("ort")
         devices = _webgpu_devices()
         if not devices:
             msg = (

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from wheel_bench import ep
 from wheel_bench.genai_model import ADAPTER_FILE
 
 if TYPE_CHECKING:
@@ -29,10 +30,9 @@ def _model(setup: EpSetup, model_dir: Path, *, capture: bool) -> Any:
     config = og.Config(str(model_dir))
     config.clear_providers()
     if setup.kind != "cpu":
-        if setup.kind == "plugin":
-            from wheel_bench.ep import plugin_library  # noqa: PLC0415
-
-            og.register_execution_provider_library("WebGpuExecutionProvider", plugin_library())
+        if setup.kind == "plugin" and "genai" not in ep.registered:
+            og.register_execution_provider_library(ep.WEBGPU, ep.plugin_library())
+            ep.registered.add("genai")
         config.append_provider("webgpu")
         config.set_provider_option("webgpu", "enableGraphCapture", "1" if capture else "0")
     return og.Model(config)

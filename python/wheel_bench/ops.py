@@ -6,6 +6,9 @@ read back. Variants per layer:
 
 - ``base``: MatMulNBits, 4-bit, block 32, fp16, accuracy_level 4.
 - ``lora_fp16``: base + MatMul(MatMul(X, A), B) with fp16 A [K, r] and B [r, N] (unfused LoRA).
+- ``lora_fp16_adapter``: the same, with A and B as overridable graph inputs (zero defaults) whose
+  values come from an ``.onnx_adapter`` activated per run (``RunOptions.add_active_adapter``), the
+  way genai applies adapters.
 - ``lora_int8``: base + MatMulNBits(MatMulNBits(X, A8), B8) with block-32 INT8 adapters: the raw
   pattern that a wheel with ``com.microsoft.MatMulNBitsQLoRA`` fuses at the default optimization
   level. Whether it fused is read back from the optimized graph and reported.
@@ -29,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 if TYPE_CHECKING:
     from wheel_bench.ep import EpSetup
 
-VARIANTS = ("base", "lora_fp16", "lora_int8")
+VARIANTS = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8")
 BLOCK = 32
 # IR 10 / opset 21: the stock 1.27 WebGPU wheel rejects newer IR versions.
 IR_VERSION = 10
@@ -73,21 +76,30 @@ def _matmul_nbits(x: str, prefix: str, out: str, *, n: int, k: int, bits: int) -
     )
 
 
-def build(case: OpCase, seed: int = 0) -> bytes:
-    """The ONNX model of ``case`` as bytes."""
+def build(case: OpCase, seed: int = 0) -> tuple[bytes, dict[str, np.ndarray]]:
+    """The ONNX model of ``case`` as bytes, and the adapter parameters it takes (if any)."""
     rng = np.random.default_rng(seed)
     k = n = case.k
     r = case.rank
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [case.m, k])]
+    adapter: dict[str, np.ndarray] = {}
     x = "x"
     for i in range(case.layers):
         base_out = f"y{i}" if case.variant == "base" else f"base{i}"
         inits += _quantized(rng, n, k, 4, f"w{i}")
         nodes.append(_matmul_nbits(x, f"w{i}", base_out, n=n, k=k, bits=4))
-        if case.variant == "lora_fp16":
+        if case.variant in {"lora_fp16", "lora_fp16_adapter"}:
             a = (rng.standard_normal((k, r)) / np.sqrt(k)).astype(np.float16)
             b = (rng.standard_normal((r, n)) / np.sqrt(r) * 0.1).astype(np.float16)
+            if case.variant == "lora_fp16_adapter":
+                adapter |= {f"a{i}": a, f"b{i}": b}
+                a, b = np.zeros_like(a), np.zeros_like(b)
+                inputs += [
+                    helper.make_tensor_value_info(f"a{i}", TensorProto.FLOAT16, [k, r]),
+                    helper.make_tensor_value_info(f"b{i}", TensorProto.FLOAT16, [r, n]),
+                ]
             inits += [numpy_helper.from_array(a, f"a{i}"), numpy_helper.from_array(b, f"b{i}")]
             nodes += [
                 helper.make_node("MatMul", [x, f"a{i}"], [f"down{i}"], name=f"down{i}"),
@@ -108,12 +120,12 @@ def build(case: OpCase, seed: int = 0) -> bytes:
     graph = helper.make_graph(
         nodes,
         "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [case.m, k])],
+        inputs,
         [helper.make_tensor_value_info(x, TensorProto.FLOAT16, [case.m, n])],
         initializer=inits,
     )
     model = helper.make_model(graph, opset_imports=OPSETS, ir_version=IR_VERSION)
-    return model.SerializeToString()
+    return model.SerializeToString(), adapter
 
 
 def bytes_moved(case: OpCase) -> int:
@@ -122,7 +134,7 @@ def bytes_moved(case: OpCase) -> int:
     m, r = case.m, case.rank
     act = 2 * m * (k + n)
     total = k * n // 2 + (k // BLOCK) * n * 2 + act
-    if case.variant == "lora_fp16":
+    if case.variant in {"lora_fp16", "lora_fp16_adapter"}:
         total += 2 * (k * r + r * n) + 2 * m * r * 2 + 3 * 2 * m * n
     elif case.variant == "lora_int8":
         total += (k * r + r * n) + 2 * ((k // BLOCK) * r + n) + 2 * m * r * 2 + 3 * 2 * m * n
@@ -144,21 +156,35 @@ def count_fused(setup: EpSetup, model: bytes) -> int:
 
 def measure(setup: EpSetup, case: OpCase, *, warmups: int, requests: int) -> dict[str, Any]:
     """Session creation, the first (cold) run, then ``requests`` timed runs after ``warmups``."""
-    model = build(case)
+    import onnxruntime as ort  # noqa: PLC0415 - the worker's own runtime
+
+    model, adapter = build(case)
     start = time.perf_counter()
     session = setup.session(model)
     created = time.perf_counter() - start
     x = np.random.default_rng(1).standard_normal((case.m, case.k)).astype(np.float16)
     feeds = {"x": x}
+    run_options = ort.RunOptions()
+    if adapter:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = str(Path(tmp) / "chain.onnx_adapter")
+            writer = ort.AdapterFormat()
+            writer.set_adapter_version(1)
+            writer.set_model_version(1)
+            writer.set_parameters({name: ort.OrtValue.ortvalue_from_numpy(v) for name, v in adapter.items()})
+            writer.export_adapter(path)
+            lora = ort.LoraAdapter()
+            lora.Load(path)
+        run_options.add_active_adapter(lora)
     start = time.perf_counter()
-    session.run(None, feeds)
+    session.run(None, feeds, run_options)
     first = time.perf_counter() - start
     for _ in range(warmups):
-        session.run(None, feeds)
+        session.run(None, feeds, run_options)
     samples = []
     for _ in range(requests):
         start = time.perf_counter()
-        (y,) = session.run(None, feeds)
+        (y,) = session.run(None, feeds, run_options)
         samples.append((time.perf_counter() - start) * 1e3)
     finite = bool(np.isfinite(y).all())
     result: dict[str, Any] = {

@@ -223,9 +223,14 @@ def markdown(document: dict[str, Any]) -> str:
                 f"{c['ratio']:.3f} | {c['ci_low']:.3f}–{c['ci_high']:.3f} | {c['verdict']} |"
             )
         lines.append("")
-    errors = [r for r in summary["rows"] if "error" in r]
+    errors = [
+        f"- {run['wheel']}{run['round']} {case['key']}: {case['error'].strip()}"
+        for run in document["runs"]
+        for case in run["cases"]
+        if "error" in case
+    ]
     if errors:
-        lines += ["## Not measured", ""] + [f"- {r['key']}: {r['error']}" for r in errors] + [""]
+        lines += ["## Not measured", "", *errors, ""]
     lines += [
         "## First run per worker (cold shader compilation in round 1, warm cache in round 2)",
         "",
