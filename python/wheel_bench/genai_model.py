@@ -2,7 +2,7 @@
 
 Steps, all local: train a small BPE tokenizer on generated text; make a random-init Llama of the
 chosen width with transformers; convert it with genai's model builder (INT4, block 32, accuracy
-level 4); then put an unfused LoRA (MatMul, MatMul, Add) beside every decoder projection, its A and
+level 4; for WebGPU in the capture-ready form); then put an unfused LoRA (MatMul, MatMul, Add) beside every decoder projection, its A and
 B as graph inputs with small zero defaults (rank ``default_rank``), and write one ``.onnx_adapter``
 with random rank-r weights for them. Adapter off therefore runs the model as built plus zero-rank-1
 work (stock wheels reject rank-0 defaults on WebGPU); adapter on feeds the adapter's weights.
@@ -110,6 +110,9 @@ def _builder(hf_dir: Path, out: Path, ep: str, cache: Path) -> None:
         "block_size=32",
         "accuracy_level=4",
     ]
+    if ep == "webgpu":
+        # Keeps the attention-mask subgraph on the GPU, which graph capture needs.
+        argv.append("enable_webgpu_graph=true")
     subprocess.run(argv, check=True)  # noqa: S603 - fixed argv
 
 

@@ -21,6 +21,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/ortstack-cache"))
     parser.add_argument("--levels", default="ops")
+    parser.add_argument("--capture", choices=["off", "on", "both"], default="both", help="genai graph capture")
     parser.add_argument("--smoke", action="store_true", help="genai: one short request per case (a check)")
     args = parser.parse_args()
     wheels = args.wheels.resolve()
@@ -36,6 +37,8 @@ def main() -> int:
         system_site_packages=True,
         command=("python", "run_h200.py", *sys.argv[1:]),
     )
+    capture = {"off": (False,), "on": (True,), "both": (False, True)}[args.capture]
+    options = bench.replace(options, capture_modes=capture)
     if args.smoke:
         options = bench.replace(options, warmups=1, requests=1, generate=16)
     paths = bench.run(options, dict(os.environ))
