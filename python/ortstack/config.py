@@ -21,6 +21,8 @@ from ortstack.errors import ConfigError
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
+HEX_PREFIX = re.compile(r"[0-9a-f]{4,39}")
+SHORT_OR_FULL_COMMIT = re.compile(r"(?:[0-9a-f]{7,40})?")
 PLATFORMS = ("linux", "windows", "macos")
 
 T = TypeVar("T")
@@ -47,9 +49,12 @@ class Origin:
     pr: int = 0
     """Pull-request number, for ``kind = "pr"``."""
     head: str = ""
-    """Full 40-hex commit the patch is taken at (PR head, the commit, or the range end)."""
+    """Commit the patch is taken at (PR head, the commit, or the range end): a full 40-hex id.
+    A short id records what is known; the first refresh resolves it and locks the full id.
+    Empty for a PR: its head at the first refresh is pinned."""
     base: str = ""
-    """Full 40-hex commit the range starts at (``compare``; optional for ``pr``)."""
+    """Where the range starts: a full 40-hex commit or a branch (``compare``; for ``pr`` the branch
+    the PR targets, ``main`` when empty)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,12 +114,33 @@ class Variant:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    """How wheels are compiled (``[build]``); the environment may override the cache backend."""
+
+    compiler_cache: Literal["auto", "ccache", "sccache", "none"] = "auto"
+    """``auto`` takes sccache, then ccache, whichever is on PATH; ``none`` compiles without a cache."""
+    sccache_redis: str = ""
+    """A shared sccache backend: Redis URL (``redis://host:6379``); env ``SCCACHE_REDIS_ENDPOINT`` wins."""
+    sccache_bucket: str = ""
+    """A shared sccache backend: ``s3://bucket`` or ``gs://bucket``; env ``SCCACHE_BUCKET`` wins."""
+    jobs: int = 0
+    """Parallel compile jobs; 0 picks cores, capped by memory (``memory_per_job_mb``)."""
+    memory_per_job_mb: int = 2048
+    """Memory one compile job needs; onnxruntime's heavy files need about 2 GB."""
+    system_libraries: bool = False
+    """Let cmake's FetchContent take installed libraries (``FETCHCONTENT_TRY_FIND_PACKAGE_MODE``)."""
+    build_type: Literal["Release", "RelWithDebInfo", "Debug", "MinSizeRel"] = "Release"
+    """``CMAKE_BUILD_TYPE`` for onnxruntime."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stack:
     """Everything ``stack.toml`` says, plus where it was read from."""
 
     ort: OrtPin
     patches: tuple[PatchEntry, ...] = ()
     variants: tuple[Variant, ...] = ()
+    build: BuildOptions = field(default_factory=BuildOptions)
     path: Path = Path("stack.toml")
     """The file this was read from; patch files resolve relative to its folder."""
 
@@ -152,7 +178,7 @@ def _line_of(text: str, where: tuple[str | int, ...]) -> int | None:
                 counts[name] = counts.get(name, -1) + 1
                 parts = (*parts, counts[name])
             table = parts
-            if table == where:
+            if table[: len(where)] == where:  # the table itself, or the first of its sub-tables
                 return number
             continue
         if table == target_table and isinstance(key, str) and re.match(rf"^\s*{re.escape(key)}\s*=", line):
@@ -249,19 +275,29 @@ def _validate(reader: _Reader, stack: Stack) -> None:
         _validate_patch(reader, patch, ("patch", index))
 
 
+def _validate_mode(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
+    if patch.mode == "in-base":
+        if patch.guard is None:
+            raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
+    elif not patch.file:
+        number = int(where[-1]) + 1 if isinstance(where[-1], int) else 1
+        tip = f'add file = "patches/{number:04d}-{patch.id}.patch" (refresh-patches vendors it there)'
+        raise reader.fail(where, "a patch entry needs its file under patches/", tip=tip)
+    elif PurePosixPath(patch.file).parent != PurePosixPath("patches"):
+        raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
+
+
 def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
     _check_hex(reader, patch.sha256, HEX64, (*where, "sha256"), "64-hex sha256")
-    _check_hex(reader, patch.origin.head, HEX40, (*where, "origin", "head"), "40-hex commit id")
-    _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id")
+    if not SHORT_OR_FULL_COMMIT.fullmatch(patch.origin.head):
+        raise reader.fail((*where, "origin", "head"), f"must be a commit id, got {patch.origin.head!r}")
+    if HEX_PREFIX.fullmatch(patch.origin.base):
+        _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id or a branch")
     for platform in patch.platforms:
         if platform not in PLATFORMS:
             tip = _suggest(platform, list(PLATFORMS))
             raise reader.fail((*where, "platforms"), f"unknown platform {platform!r}", tip=tip)
-    if patch.mode == "in-base":
-        if patch.guard is None:
-            raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
-    elif patch.file and PurePosixPath(patch.file).parent != PurePosixPath("patches"):
-        raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
+    _validate_mode(reader, patch, where)
     if patch.origin.kind == "pr" and not patch.origin.pr:
         raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)")
     if patch.origin.kind != "local" and not patch.origin.repository:
@@ -281,7 +317,7 @@ def load(path: Path) -> Stack:
         msg = f"{path}: not valid TOML: {exc}"
         raise ConfigError(msg) from None
     reader = _Reader(path=path, text=text)
-    allowed = ["ort", "patch", "variant"]
+    allowed = ["ort", "patch", "variant", "build"]
     for key in data:
         if key not in allowed:
             raise reader.fail((key,), "unknown table", tip=_suggest(key, allowed))
@@ -296,6 +332,7 @@ def load(path: Path) -> Stack:
     if not isinstance(raw_variants, dict):
         raise reader.fail(("variant",), "must be tables ([variant.NAME])")
     variants = tuple(reader.build(Variant, raw, ("variant", name), name=name) for name, raw in raw_variants.items())
-    stack = Stack(ort=ort, patches=patches, variants=variants, path=path)
+    build = reader.build(BuildOptions, data.get("build", {}), ("build",))
+    stack = Stack(ort=ort, patches=patches, variants=variants, build=build, path=path)
     _validate(reader, stack)
     return stack

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -63,14 +64,19 @@ def info(message: str) -> None:
     console.print(f"    {message}", markup=False)
 
 
+def success(message: str) -> None:
+    """The one-line summary a verb ends with."""
+    console.print(f"[bold green]ok:[/] {escape(message)}", soft_wrap=True, highlight=False)
+
+
 def warn(message: str) -> None:
-    console.print(f"[bold yellow]warning:[/] {message}")
+    console.print(f"[bold yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
 
 def loud(message: str) -> None:
     """Something the user must not miss (trust-on-first-use, an upstreamed patch)."""
     console.rule("[bold yellow]attention")
-    console.print(f"[bold yellow]{message}[/]")
+    console.print(f"[bold yellow]{escape(message)}[/]")
     console.rule()
 
 
@@ -80,9 +86,17 @@ def command(cmdline: str, *, cwd: Path | None = None) -> None:
 
 
 def error(message: str, tip: str | None = None) -> None:
-    console.print(f"[bold red]ortstack: error:[/] {message}", markup=True, highlight=False)
+    # soft_wrap: the error stays one line however narrow the terminal, so logs and tests can grep it.
+    console.print(f"[bold red]ortstack: error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if tip:
-        console.print(f"[bold]tip:[/] {tip}")
+        console.print(f"[bold]tip:[/] {escape(tip)}", highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def waiting(message: str) -> Iterator[None]:
+    """A spinner while a long step without its own progress runs (a silent line when not a terminal)."""
+    with console.status(escape(message)):
+        yield
 
 
 def download_progress() -> Progress:
@@ -101,7 +115,7 @@ def download_progress() -> Progress:
 def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     out = Table(title=title, title_justify="left")
     for name in columns:
-        out.add_column(name)
+        out.add_column(name, overflow="fold")
     for row in rows:
         out.add_row(*row)
     console.print(out)

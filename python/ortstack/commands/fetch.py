@@ -1,0 +1,42 @@
+"""``ortstack fetch``: the pinned onnxruntime source into the cache (thin; the work is in ortstack.fetch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ortstack import config, fetch, log
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ortstack.settings import Settings
+
+HELP = (
+    "Fetch onnxruntime at the pinned commit into the cache: by git (a shallow fetch of exactly that commit) "
+    "or by archive URL + sha256 (resumed, verified, safely extracted). A cached tree is reused without "
+    "network access."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--via",
+        choices=["auto", "git", "archive"],
+        default="auto",
+        help="how to fetch: the archive when [ort] archive_url is set, else git (default: auto)",
+    )
+    parser.add_argument(
+        "--source-dir",
+        type=Path,
+        metavar="PATH",
+        help="use this existing onnxruntime checkout instead; it must be at the pinned commit",
+    )
+
+
+def main(args: argparse.Namespace, settings: Settings) -> int:
+    stack = config.load(settings.stack_file)
+    with log.step("fetch onnxruntime source"):
+        result = fetch.ensure_source(stack, settings, method=args.via, source_dir=args.source_dir)
+    log.success(result.summary())
+    return 0

@@ -1,0 +1,288 @@
+"""Get onnxruntime at the pinned commit into the cache: by git, by archive URL + sha256, or local.
+
+- git: a shallow fetch of exactly the pinned commit into one bare repository in the cache; the
+  commit id is the integrity check (``FETCH_HEAD`` must be that commit).
+- archive: download, verify the sha256 (pinned in ``stack.toml``, or recorded on first use in
+  ``stack.lock``), keep it under its digest, extract it safely.
+- local: ``--source-dir`` uses an existing checkout, after checking that it is at the pinned commit.
+
+A complete tree in the cache is reused without any network I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from ortstack import _run, archive, diskspace, download, log
+from ortstack.cache import Cache, remove_tree, tree_size
+from ortstack.errors import ChecksumError, ConfigError, FetchError
+from ortstack.lockfile import Lock
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Mapping
+    from pathlib import Path
+
+    from ortstack.config import OrtPin, Stack
+    from ortstack.settings import Settings
+
+Method = Literal["auto", "git", "archive"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchResult:
+    commit: str
+    source_dir: Path
+    method: str
+    """``git``, ``archive`` or ``local``: how the tree was obtained (first time, for cached trees)."""
+    origin: str
+    """The URL or folder it came from."""
+    cached: bool
+    """True when the tree was already complete in the cache (no network I/O)."""
+    archive_sha256: str = ""
+    files: int = 0
+    size: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        verb = "using" if self.method == "local" else "cached" if self.cached else "fetched"
+        digest = f", sha256 {self.archive_sha256}" if self.archive_sha256 else ""
+        return (
+            f"{verb} onnxruntime {self.commit[:12]} ({self.method}, {self.origin}) -> {self.source_dir}: "
+            f"{self.files} files, {_mib(self.size)}{digest}, {self.seconds:.1f} s"
+        )
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def cache_for(settings: Settings) -> Cache:
+    return Cache(root=settings.cache_dir, wait_for_lock=settings.wait_for_lock)
+
+
+def ensure_source(
+    stack: Stack, settings: Settings, *, method: Method = "auto", source_dir: Path | None = None
+) -> FetchResult:
+    """The pinned source tree: from ``source_dir``, from the cache, or fetched into the cache."""
+    start = time.perf_counter()
+    pin = stack.ort
+    if source_dir is not None:
+        return _use_local(source_dir, pin.commit, settings.env, start)
+    cache = cache_for(settings)
+    cached = _cached(cache, pin.commit, start)
+    if cached is not None:
+        return cached
+    lock = Lock.load(settings.lock_file, locked=settings.locked)
+    chosen = method if method != "auto" else ("archive" if pin.archive_url else "git")
+    if chosen == "archive" and not pin.archive_url:
+        msg = f"{stack.path}: [ort] has no archive_url to fetch from"
+        raise ConfigError(msg, tip="set archive_url (and archive_sha256), or fetch by git")
+    with cache.lock(f"source-{pin.commit}", what=f"the source of {pin.commit[:12]}"):
+        cached = _cached(cache, pin.commit, start)  # another process may have finished it meanwhile
+        if cached is not None:
+            return cached
+        diskspace.check("fetch", cache.root, settings.env)
+        cache.remove_stale_temps(cache.sources, pin.commit)
+        work = cache.temp_dir(cache.sources, pin.commit)
+        try:
+            staged = work / "tree"
+            staged.mkdir()
+            if chosen == "git":
+                _fetch_git(pin, cache, settings.env, work / "tree.tar")
+                archive.extract(work / "tree.tar", staged)
+                record: dict[str, Any] = {"method": "git", "origin": pin.repository}
+            else:
+                record = _fetch_archive(pin, cache, lock, staged)
+            files, size = tree_size(staged)
+            record |= {"commit": pin.commit, "files": files, "size": size, "fetched": datetime.now(UTC).isoformat()}
+            final = cache.publish_source(staged, pin.commit, record)
+        finally:
+            remove_tree(work)
+    return _result(final, record, cached=False, start=start)
+
+
+def _cached(cache: Cache, commit: str, start: float) -> FetchResult | None:
+    record = cache.source_record(commit)
+    if record is None:
+        return None
+    return _result(cache.source_dir(commit), record, cached=True, start=start)
+
+
+def _result(source: Path, record: Mapping[str, Any], *, cached: bool, start: float) -> FetchResult:
+    return FetchResult(
+        commit=str(record["commit"]),
+        source_dir=source,
+        method=str(record["method"]),
+        origin=str(record["origin"]),
+        cached=cached,
+        archive_sha256=str(record.get("archive_sha256", "")),
+        files=int(record.get("files", 0)),
+        size=int(record.get("size", 0)),
+        seconds=time.perf_counter() - start,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# By git.
+
+
+def git_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for git: never stop to ask for credentials."""
+    return {**env, "GIT_TERMINAL_PROMPT": "0"}
+
+
+def _git(repo: Path, *args: str, env: Mapping[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    return _run.run(["git", f"--git-dir={repo}", *args], env=git_env(env), capture=True, check=check, quiet=True)
+
+
+def _fetch_git(pin: OrtPin, cache: Cache, env: Mapping[str, str], tar: Path) -> None:
+    """Put ``pin.commit``'s tree into ``tar``, fetching the commit into the cache's repository if needed."""
+    repo = cache.git_dir
+    with cache.lock("git", what="the git object cache"):
+        if not (repo / "HEAD").is_file():
+            repo.parent.mkdir(parents=True, exist_ok=True)
+            _run.run(["git", "init", "--quiet", "--bare", str(repo)], env=git_env(env), capture=True, quiet=True)
+        if _git(repo, "cat-file", "-e", f"{pin.commit}^{{commit}}", env=env, check=False).returncode != 0:
+            log.command(f"git fetch --depth 1 {pin.repository} {pin.commit}")
+            with log.waiting(f"fetching {pin.commit[:12]} from {pin.repository}"):
+                fetched = _git(
+                    repo,
+                    "fetch",
+                    "--quiet",
+                    "--depth",
+                    "1",
+                    "--no-tags",
+                    pin.repository,
+                    pin.commit,
+                    env=env,
+                    check=False,
+                )
+            if fetched.returncode != 0:
+                msg = f"git could not fetch commit {pin.commit} from {pin.repository}: {_git_reason(fetched.stderr)}"
+                tip = "check that the commit exists in that repository and that the URL is reachable"
+                raise FetchError(msg, tip=tip)
+            head = _git(repo, "rev-parse", "FETCH_HEAD", env=env).stdout.strip()
+            if head != pin.commit:
+                msg = f"git fetched {head} from {pin.repository}, not the pinned {pin.commit}"
+                raise FetchError(msg, tip="the server answered with another commit; check the repository URL")
+        # One top folder, stripped on extraction like a GitHub archive's: the same code path for both.
+        _git(repo, "archive", "--format=tar", "--prefix=onnxruntime/", f"--output={tar}", pin.commit, env=env)
+
+
+def _git_reason(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    important = [line for line in lines if line.startswith(("fatal:", "error:"))]
+    return (important or lines or ["no message"])[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# By archive.
+
+
+def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path) -> dict[str, Any]:
+    """Get the archive (verified), extract it into ``staged``; returns the marker record."""
+    url = pin.archive_url
+    suffix = archive.suffix_of(url)
+    expected = pin.archive_sha256 or lock.get(url)
+    if not expected and lock.locked:
+        msg = f"the sha256 of {url} is neither in stack.toml nor in {lock.path.name}, and --locked forbids resolving it"
+        raise ConfigError(msg, tip="run once without --locked and commit the lock file, or set archive_sha256")
+    if expected:
+        path = cached_download(cache, url, digest=expected, suffix=suffix)
+        _check_commit(url, archive.extract(path, staged, label=url), pin.commit)
+        return {"method": "archive", "origin": url, "archive_sha256": expected}
+    path, digest = _first_download(url, suffix, cache)
+    try:
+        _check_commit(url, archive.extract(path, staged, label=url), pin.commit)
+    except FetchError:
+        path.unlink()  # never keep, or trust, what could not be extracted
+        raise
+    lock.resolve(url, digest, what=f"sha256 of {url}")
+    return {"method": "archive", "origin": url, "archive_sha256": digest}
+
+
+def _check_commit(url: str, found: str | None, pinned: str) -> None:
+    if found is not None and found != pinned:
+        msg = f"{url} is an archive of commit {found}, not of the pinned {pinned}"
+        raise FetchError(msg, tip="make archive_url and commit in stack.toml name the same commit")
+
+
+def cached_download(cache: Cache, url: str, *, digest: str, algorithm: str = "sha256", suffix: str = "") -> Path:
+    """The file at ``url`` whose ``algorithm`` digest is ``digest``, from the cache or downloaded and verified.
+
+    Kept as ``archives/<digest><suffix>`` (sha256) or ``archives/<algorithm>-<digest><suffix>``;
+    a file already there is returned without network I/O.
+    """
+    name = digest if algorithm == "sha256" else f"{algorithm}-{digest}"
+    final = cache.archives / f"{name}{suffix}"
+    if final.is_file():
+        return final
+    with cache.lock(f"archive-{name}", what=f"the download of {url}"):
+        if final.is_file():
+            return final
+        part = final.with_name(final.name + ".part")
+        download.download(url, part)
+        found = download.digest_of(part, algorithm)
+        if found != digest:
+            size = part.stat().st_size
+            part.unlink()
+            msg = f"{algorithm} mismatch for {url}: expected {digest}, got {found} ({size} bytes)"
+            tip = "if the pin changed on purpose, update its digest; otherwise the download is corrupt"
+            raise ChecksumError(msg, tip=tip)
+        part.replace(final)
+    return final
+
+
+def _first_download(url: str, suffix: str, cache: Cache) -> tuple[Path, str]:
+    """Trust on first use: download, then file the archive under the digest it turned out to have."""
+    key = hashlib.sha256(url.encode()).hexdigest()[:16]
+    with cache.lock(f"archive-url-{key}", what=f"the download of {url}"):
+        part = cache.archives / f"url-{key}{suffix}.part"
+        download.download(url, part)
+        digest = download.digest_of(part)
+        final = cache.archives / f"{digest}{suffix}"
+        part.replace(final)
+    return final, digest
+
+
+# --------------------------------------------------------------------------------------------------
+# A local checkout.
+
+
+def _use_local(path: Path, commit: str, env: Mapping[str, str], start: float) -> FetchResult:
+    source = path.resolve()
+    if not source.is_dir():
+        msg = f"--source-dir {path} does not exist"
+        raise FetchError(msg, tip="pass the folder of an onnxruntime checkout")
+    head = _run.run(
+        ["git", "-C", str(source), "rev-parse", "HEAD"], env=git_env(env), capture=True, check=False, quiet=True
+    )
+    if head.returncode != 0:
+        msg = f"--source-dir {path} is not a git checkout ({_git_reason(head.stderr)})"
+        raise FetchError(msg, tip="pass the folder of a git clone of onnxruntime")
+    at = head.stdout.strip()
+    if at != commit:
+        msg = f"--source-dir {path} is at commit {at}, not at the pinned {commit}"
+        raise FetchError(msg, tip=f"run `git -C {path} checkout {commit}`, or drop --source-dir")
+    changes = _run.run(
+        ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+        env=git_env(env),
+        capture=True,
+        quiet=True,
+    )
+    if changes.stdout.strip():
+        log.warn(f"{path} has uncommitted changes; they become part of the source")
+    record = {"commit": commit, "method": "local", "origin": str(source)}
+    return _result(source, record, cached=True, start=start)
+
+
+def cached_sources(cache: Cache) -> list[dict[str, Any]]:
+    """Markers of every complete source tree in the cache, newest first."""
+    records = [cache.source_record(marker.stem) for marker in cache.sources.glob("*.json")]
+    complete = [r for r in records if r is not None]
+    return sorted(complete, key=lambda r: str(r.get("fetched", "")), reverse=True)

@@ -1,0 +1,77 @@
+"""Shared fixtures: one loopback HTTP server and one published miniature upstream per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from upstream import LoopbackServer, Upstream, publish_upstream
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from clirun import RunOrtstack
+
+PYTHON_SRC = Path(__file__).parents[1] / "python"
+
+
+@pytest.fixture(scope="session")
+def base_env() -> dict[str, str]:
+    """The environment tests hand to ortstack and git: the process's, without ORTSTACK_* settings."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ORTSTACK_")}
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[LoopbackServer]:
+    """A real HTTP server on 127.0.0.1 (port chosen by the OS)."""
+    loopback = LoopbackServer()
+    yield loopback
+    loopback.close()
+
+
+@pytest.fixture(scope="session")
+def upstream(tmp_path_factory: pytest.TempPathFactory, server: LoopbackServer, base_env: dict[str, str]) -> Upstream:
+    """mini_ort committed once and published by git (file://) and as a tarball on ``server``."""
+    return publish_upstream(tmp_path_factory.mktemp("upstream"), server, base_env)
+
+
+@pytest.fixture
+def clean_server(server: LoopbackServer) -> Iterator[LoopbackServer]:
+    """``server`` with zeroed counters and no faults, restored after the test."""
+    server.reset_counts()
+    server.clear_faults()
+    yield server
+    server.clear_faults()
+    server.set_range_support(enabled=True)
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="session")
+def cli_env(base_env: dict[str, str]) -> dict[str, str]:
+    """The environment of ``python -m ortstack`` runs: this checkout's package, plain wide output."""
+    python_path = os.pathsep.join(filter(None, [str(PYTHON_SRC), base_env.get("PYTHONPATH", "")]))
+    return {**base_env, "PYTHONPATH": python_path, "NO_COLOR": "1", "COLUMNS": "250", "TERM": "dumb"}
+
+
+@pytest.fixture
+def run_ortstack(cli_env: dict[str, str], tmp_path: Path) -> RunOrtstack:
+    """Run ``python -m ortstack ARGS`` as a real process (``env`` adds variables); returns code and output."""
+
+    def run(
+        *args: str | os.PathLike[str], cwd: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "ortstack", *(os.fspath(a) for a in args)]
+        full_env = {**cli_env, **(env or {})}
+        where = cwd or tmp_path
+        return subprocess.run(argv, check=False, cwd=where, env=full_env, capture_output=True, text=True, timeout=120)
+
+    return run
