@@ -26,7 +26,8 @@ from ortstack.errors import SuiteError
 from wheel_bench import report
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    import os
+    from collections.abc import Mapping
 
 GENAI_REQUIREMENT = "onnxruntime-genai==0.18.0"
 WORKER_EXTRAS = ("numpy", "onnx")
@@ -70,17 +71,15 @@ def quick(options: BenchOptions) -> BenchOptions:
     """Small shapes that finish on a 2-core machine with CPU or lavapipe in minutes."""
     return replace(
         options,
-        **{
-            "warmups": 1,
-            "requests": 3,
-            "ms": (1, 16),
-            "k": 256,
-            "layers": 4,
-            "prompt_lengths": (16,),
-            "generate": 8,
-            "capture_modes": (False,),
-            "model_shape": "tiny",
-        },
+        warmups=1,
+        requests=3,
+        ms=(1, 16),
+        k=256,
+        layers=4,
+        prompt_lengths=(16,),
+        generate=8,
+        capture_modes=(False,),
+        model_shape="tiny",
     )
 
 
@@ -144,7 +143,17 @@ def ensure_model(options: BenchOptions, env: Mapping[str, str]) -> Path:
     if root.exists():
         shutil.rmtree(root)
     build_env = {**env, "PYTHONPATH": str(_python_dir())}
-    argv = [python, "-m", "wheel_bench.genai_model", "--out", root, "--shape", options.model_shape, "--ep", options.ep]
+    argv: list[str | os.PathLike[str]] = [
+        python,
+        "-m",
+        "wheel_bench.genai_model",
+        "--out",
+        root,
+        "--shape",
+        options.model_shape,
+        "--ep",
+        options.ep,
+    ]
     with log.step(f"build the {options.model_shape} genai model"):
         try:
             _run.run(argv, env=build_env)
@@ -170,7 +179,12 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
         "requests": options.requests,
     }
     if "ops" in options.levels:
-        plan["ops"] = {"ms": list(options.ms), "k": options.k, "layers": options.layers, "variants": list(options.variants)}
+        plan["ops"] = {
+            "ms": list(options.ms),
+            "k": options.k,
+            "layers": options.layers,
+            "variants": list(options.variants),
+        }
     if "genai" in options.levels and model_dir is not None:
         plan["genai"] = {
             "model_dir": str(model_dir),
@@ -213,7 +227,13 @@ def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
         plan_path = work / f"plan-{wheel_id}{round_}.json"
         result_path = work / f"result-{wheel_id}{round_}.json"
         plan_path.write_text(json.dumps(_plan(options, wheel_id, round_, model_dir), indent=1))
-        argv = [venvs[wheel_index].python, "-m", "wheel_bench.worker", plan_path, result_path]
+        argv: list[str | os.PathLike[str]] = [
+            venvs[wheel_index].python,
+            "-m",
+            "wheel_bench.worker",
+            plan_path,
+            result_path,
+        ]
         with log.step(f"round {round_}, wheel {wheel_id}: {venv.spec_label(options.wheels[wheel_index])}"):
             try:
                 _run.run(argv, env=_worker_env(options, env, wheel_index))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
@@ -123,11 +123,15 @@ def setup(ep: str) -> EpSetup:
 def environment(setup_: EpSetup) -> dict[str, Any]:
     """What a result needs to say about the runtime it measured."""
     build_info: list[Any] = []
-    spec = importlib.util.find_spec("onnxruntime")
-    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+    for package in ("onnxruntime", "onnxruntime_ep_webgpu"):
+        spec = importlib.util.find_spec(package)
+        locations = (spec.submodule_search_locations or []) if spec is not None else []
         # A wheel built by ortstack carries its provenance as a build-info JSON file in the package.
-        for candidate in sorted(Path(location).glob("*build*info*.json")):
-            build_info.append(json.loads(candidate.read_text(encoding="utf-8")))
+        build_info += [
+            json.loads(found.read_text(encoding="utf-8"))
+            for location in locations
+            for found in sorted(Path(location).glob("*build*info*.json"))
+        ]
     plugin_version = None
     if setup_.kind == "plugin":
         from importlib.metadata import version  # noqa: PLC0415

@@ -2,10 +2,11 @@
 
 Steps, all local: train a small BPE tokenizer on generated text; make a random-init Llama of the
 chosen width with transformers; convert it with genai's model builder (INT4, block 32, accuracy
-level 4; for WebGPU in the capture-ready form); then put an unfused LoRA (MatMul, MatMul, Add) beside every decoder projection, its A and
-B as graph inputs with small zero defaults (rank ``default_rank``), and write one ``.onnx_adapter``
-with random rank-r weights for them. Adapter off therefore runs the model as built plus zero-rank-1
-work (stock wheels reject rank-0 defaults on WebGPU); adapter on feeds the adapter's weights.
+level 4; for WebGPU in the capture-ready form); then put an unfused LoRA (MatMul, MatMul, Add)
+beside every decoder projection, its A and B as graph inputs with small zero defaults (rank
+``default_rank``), and write one ``.onnx_adapter`` with random rank-r weights for them. Adapter off
+therefore runs the model as built plus zero rank-1 work (stock wheels reject rank-0 defaults on
+WebGPU); adapter on feeds the adapter's weights.
 
 Needs torch, transformers, tokenizers, onnx, onnx_ir, onnxruntime and onnxruntime-genai (the
 builder ships with it). Run as ``python -m wheel_bench.genai_model --out DIR --ep webgpu ...``.
@@ -55,7 +56,7 @@ def _train_tokenizer(out: Path, vocab: int) -> None:
     letters = "abcdefghijklmnopqrstuvwxyz"
     words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(5000)]
     corpus = [" ".join(rng.choice(words) for _ in range(40)) for _ in range(4000)]
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))  # noqa: S106 - a token, not a secret
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(
         vocab_size=min(vocab, 8192), special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
@@ -63,9 +64,9 @@ def _train_tokenizer(out: Path, vocab: int) -> None:
     tokenizer.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
-        bos_token="<s>",  # noqa: S106
-        eos_token="</s>",  # noqa: S106
-        unk_token="<unk>",  # noqa: S106
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
     )
     fast.save_pretrained(out)
 
@@ -113,7 +114,7 @@ def _builder(hf_dir: Path, out: Path, ep: str, cache: Path) -> None:
     if ep == "webgpu":
         # Keeps the attention-mask subgraph on the GPU, which graph capture needs.
         argv.append("enable_webgpu_graph=true")
-    subprocess.run(argv, check=True)  # noqa: S603 - fixed argv
+    subprocess.run(argv, check=True)
 
 
 def _projection_nodes(graph: Any) -> list[Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +18,8 @@ from wheel_bench import ep
 from wheel_bench.genai_model import ADAPTER_FILE
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from wheel_bench.ep import EpSetup
 
 ADAPTER_NAME = "bench"
@@ -61,6 +62,10 @@ def _request(og: Any, model: Any, adapters: Any, prompt: np.ndarray, generate: i
     }
 
 
+def _key(prompt_length: int, *, adapter: bool, capture: bool) -> str:
+    return f"genai/P={prompt_length}/adapter={'on' if adapter else 'off'}/capture={'on' if capture else 'off'}"
+
+
 def measure(
     setup: EpSetup,
     model_dir: Path,
@@ -76,7 +81,7 @@ def measure(
 
     manifest = json.loads((model_dir / "manifest.json").read_text())
     vocab = int(manifest["shape"]["vocab"])
-    results = []
+    results: list[dict[str, Any]] = []
     for capture in capture_modes:
         start = time.perf_counter()
         try:
@@ -98,7 +103,7 @@ def measure(
                 results.append(
                     {
                         "level": "genai",
-                        "key": f"genai/P={prompt_length}/adapter={'on' if adapter else 'off'}/capture={'on' if capture else 'off'}",
+                        "key": _key(prompt_length, adapter=adapter, capture=capture),
                         "prompt": prompt_length,
                         "generate": generate,
                         "adapter": adapter,

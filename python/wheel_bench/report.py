@@ -75,7 +75,7 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
                 values = samples.get((wheel, key), {}).get(metric)
                 if values:
                     row["wheels"][wheel] = Spread.of(values).__dict__
-            if len(row["wheels"]) == 2:  # noqa: PLR2004 - an A/B pair
+            if len(row["wheels"]) == 2:
                 a, b = samples[(wheels[0], key)][metric], samples[(wheels[1], key)][metric]
                 row["b_over_a"] = compare(a, b, higher_is_better=metric == "decode_tok_s").as_dict()
             rows.append(row)
@@ -144,13 +144,13 @@ def _cold_vs_warm(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def _spread(spread: dict[str, float] | None, digits: int = 1) -> str:
     if not spread:
-        return "–"
-    return f"{_fmt(spread['median'], digits)} ({_fmt(spread['min'], digits)}–{_fmt(spread['max'], digits)})"
+        return "-"
+    return f"{_fmt(spread['median'], digits)} ({_fmt(spread['min'], digits)}-{_fmt(spread['max'], digits)})"
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -177,8 +177,10 @@ def markdown(document: dict[str, Any]) -> str:
     order = " ".join(f"{o['wheel']}{o['round']}" for o in document["order"])
     options = document["options"]
     lines += [
-        f"- order of worker runs: {order}; {options['warmups']} warmups and {options['requests']} requests "
-        "per case and round; figures are medians over both rounds with (min–max)",
+        (
+            f"- order of worker runs: {order}; {options['warmups']} warmups and {options['requests']} requests "
+            "per case and round; figures are medians over both rounds with (min-max)"
+        ),
         f"- command: `{' '.join(document['command'])}`" if document["command"] else "",
         "",
     ]
@@ -191,15 +193,15 @@ def markdown(document: dict[str, Any]) -> str:
         lines += [
             "## Op level: per-layer cost of a MatMulNBits chain",
             "",
-            f"µs per layer = median run time / L; marginal = (t_L − t_1)/(L − 1); {floor_note}.",
+            f"µs per layer = median run time / L; marginal = (t_L - t_1)/(L - 1); {floor_note}.",
             "",
-            "| wheel | variant | M | per layer µs | × base | marginal µs | × base | MB/layer | floor µs | fused |",
+            "| wheel | variant | M | per layer µs | x base | marginal µs | x base | MB/layer | floor µs | fused |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {r['wheel']} | {r['variant']} | {r['m']} | {_fmt(r['per_layer_us'])} | {_fmt(r['x_base'], 2)} | "
             f"{_fmt(r['marginal_us'])} | {_fmt(r['marginal_x_base'], 2)} | {r['bytes_per_layer'] / 1e6:.2f} | "
-            f"{_fmt(r['floor_us'], 2)} | {'–' if r['fused_nodes'] is None else r['fused_nodes']} |"
+            f"{_fmt(r['floor_us'], 2)} | {'-' if r['fused_nodes'] is None else r['fused_nodes']} |"
             for r in sorted(summary["ops"], key=lambda r: (r["m"], r["variant"], r["wheel"]))
         ]
         lines.append("")
@@ -220,7 +222,7 @@ def markdown(document: dict[str, Any]) -> str:
             c = r["b_over_a"]
             lines.append(
                 f"| {r['key']} | {r['metric']} | {_spread(r['wheels']['A'], 2)} | {_spread(r['wheels']['B'], 2)} | "
-                f"{c['ratio']:.3f} | {c['ci_low']:.3f}–{c['ci_high']:.3f} | {c['verdict']} |"
+                f"{c['ratio']:.3f} | {c['ci_low']:.3f}-{c['ci_high']:.3f} | {c['verdict']} |"
             )
         lines.append("")
     errors = [
@@ -237,9 +239,7 @@ def markdown(document: dict[str, Any]) -> str:
         "| wheel | round | case | first run ms |",
         "|---|---|---|---|",
     ]
-    lines += [
-        f"| {r['wheel']} | {r['round']} | {r['key']} | {_fmt(r['first_ms'])} |" for r in summary["cold_vs_warm"]
-    ]
+    lines += [f"| {r['wheel']} | {r['round']} | {r['key']} | {_fmt(r['first_ms'])} |" for r in summary["cold_vs_warm"]]
     return "\n".join(lines) + "\n"
 
 
@@ -252,7 +252,7 @@ def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[s
     lines = [
         "## Model level (onnxruntime-genai): TTFT and decode",
         "",
-        "Batch 1, greedy, every generated token read back; median (min–max) of all requests.",
+        "Batch 1, greedy, every generated token read back; median (min-max) of all requests.",
         "",
         "| adapter | capture | prompt | generated | wheel | TTFT ms | decode tok/s |",
         "|---|---|---|---|---|---|---|",
@@ -288,7 +288,9 @@ def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
             wheels = sorted({r["wheel"] for r in rows})
             width = 0.8 / len(wheels)
             for i, wheel in enumerate(wheels):
-                values = [next(r["per_layer_us"] for r in rows if r["wheel"] == wheel and r["variant"] == v) for v in variants]
+                values = [
+                    next(r["per_layer_us"] for r in rows if r["wheel"] == wheel and r["variant"] == v) for v in variants
+                ]
                 ax.bar([x + i * width for x in range(len(variants))], values, width, label=wheel)
             floor = next((r["floor_us"] for r in rows if r["variant"] == "base"), None)
             if floor:

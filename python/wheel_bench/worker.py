@@ -23,10 +23,8 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     cases: list[dict[str, Any]] = []
     ops_plan = plan.get("ops")
     if ops_plan:
-        for case in ops.cases(
-            ms=ops_plan["ms"], k=ops_plan["k"], layers=ops_plan["layers"], variants=ops_plan["variants"]
-        ):
-            cases.append(ops.measure(setup, case, warmups=plan["warmups"], requests=plan["requests"]))
+        chain = ops.cases(ms=ops_plan["ms"], k=ops_plan["k"], layers=ops_plan["layers"], variants=ops_plan["variants"])
+        cases += [ops.measure(setup, case, warmups=plan["warmups"], requests=plan["requests"]) for case in chain]
     genai_plan = plan.get("genai")
     if genai_plan:
         cases += genai_run.measure(
