@@ -8,6 +8,7 @@ is on the host; decode speed is the remaining tokens over the time they took.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,8 @@ def _request(og: Any, model: Any, adapters: Any, prompt: np.ndarray, generate: i
         "ttft_ms": (first - start) * 1e3,
         "decode_tok_s": decoded / (end - first) if decoded else float("nan"),
         "tokens": len(tokens),
+        # Greedy output identity: adapter on must differ from adapter off if the adapter applies.
+        "output_sha256": hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16],
     }
 
 
@@ -113,6 +116,7 @@ def measure(
                         "ttft_ms": [r["ttft_ms"] for r in runs],
                         "decode_tok_s": [r["decode_tok_s"] for r in runs],
                         "tokens": [r["tokens"] for r in runs],
+                        "output_sha256": sorted({r["output_sha256"] for r in runs}),
                     }
                 )
         del adapters, model

@@ -254,9 +254,10 @@ def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[s
         "",
         "Batch 1, greedy, every generated token read back; median (min-max) of all requests.",
         "",
-        "| adapter | capture | prompt | generated | wheel | TTFT ms | decode tok/s |",
-        "|---|---|---|---|---|---|---|",
+        "| adapter | capture | prompt | generated | wheel | TTFT ms | decode tok/s | output |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    outputs = _outputs(document)
     for key, metrics in sorted(by_key.items(), key=lambda kv: (cases[kv[0]]["prompt"], kv[0])):
         case = cases[key]
         for wheel in (w["id"] for w in document["wheels"]):
@@ -264,10 +265,31 @@ def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[s
             decode = metrics["decode_tok_s"]["wheels"].get(wheel)
             lines.append(
                 f"| {'on' if case['adapter'] else 'off'} | {'on' if case['capture'] else 'off'} | {case['prompt']} | "
-                f"{case['generate']} | {wheel} | {_spread(ttft)} | {_spread(decode)} |"
+                f"{case['generate']} | {wheel} | {_spread(ttft)} | {_spread(decode)} | "
+                f"{_output_note(outputs, wheel, case)} |"
             )
     lines.append("")
     return lines
+
+
+def _outputs(document: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """(wheel, case key) -> hashes of the greedy outputs seen."""
+    out: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for run in document["runs"]:
+        for case in run["cases"]:
+            out[(run["wheel"], case["key"])] |= set(case.get("output_sha256", []))
+    return out
+
+
+def _output_note(outputs: dict[tuple[str, str], set[str]], wheel: str, case: dict[str, Any]) -> str:
+    """For adapter on: whether the greedy tokens differ from adapter off (they must, if it applies)."""
+    if not case["adapter"]:
+        return "-"
+    off_key = case["key"].replace("adapter=on", "adapter=off")
+    on, off = outputs.get((wheel, case["key"])), outputs.get((wheel, off_key))
+    if not on or not off:
+        return "-"
+    return "same as adapter off" if on == off else "differs from adapter off"
 
 
 def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
