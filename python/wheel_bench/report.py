@@ -233,8 +233,14 @@ def markdown(document: dict[str, Any]) -> str:
     ]
     if errors:
         lines += ["## Not measured", "", *errors, ""]
+    totals: dict[tuple[str, int], float] = defaultdict(float)
+    for r in summary["cold_vs_warm"]:
+        totals[(r["wheel"], r["round"])] += r["first_ms"]
     lines += [
         "## First run per worker (cold shader compilation in round 1, warm cache in round 2)",
+        "",
+        "Sum of first runs: "
+        + "; ".join(f"{wheel} round {round_}: {_fmt(ms / 1e3, 2)} s" for (wheel, round_), ms in sorted(totals.items())),
         "",
         "| wheel | round | case | first run ms |",
         "|---|---|---|---|",
