@@ -97,3 +97,10 @@ def selftest(session: nox.Session) -> None:
 def test_genai(session: nox.Session) -> None:
     """The wheel suites plus the onnxruntime-genai end-to-end suite (needs CPU torch: a large install)."""
     _ortstack(session, "test", "--ep", "all", "--genai")
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmark wheels A/B: op chains and genai TTFT/decode (`-- --wheel A --wheel B --ep webgpu [--quick]`)."""
+    _install_ortstack(session, "bench")
+    session.run("ortstack", "bench", *session.posargs)

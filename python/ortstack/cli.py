@@ -28,7 +28,7 @@ class Verb(Protocol):
 
 
 # Module names under ortstack.commands; the verb is the name with "_" spelled "-".
-VERBS: tuple[str, ...] = ("fetch", "patch", "build", "status", "inspect", "refresh_patches", "test")
+VERBS: tuple[str, ...] = ("fetch", "patch", "build", "status", "inspect", "refresh_patches", "test", "bench")
 
 
 def _exit_code_epilog() -> str:

@@ -106,11 +106,12 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def cache_key(parts: Sequence[str], extras: Sequence[str], python: Path) -> str:
+def cache_key(parts: Sequence[str], extras: Sequence[str], python: Path, *, variant: str = "") -> str:
     identity = {
         "python": str(python.resolve()),
         "parts": [_file_digest(Path(p)) if p.endswith(".whl") else p for p in parts],
         "extras": sorted(extras),
+        "variant": variant,
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -121,16 +122,33 @@ def venv_python(root: Path) -> Path:
     return root / "bin" / "python"
 
 
-def _create(root: Path, python: Path, env: Mapping[str, str]) -> None:
-    uv = _run.which("uv", env)
+def _uv(env: Mapping[str, str], *, system_site_packages: bool) -> str | None:
+    # uv does not see packages that a .pth file adds, so inheriting venvs use pip.
+    return None if system_site_packages else _run.which("uv", env)
+
+
+def _create(root: Path, python: Path, env: Mapping[str, str], *, system_site_packages: bool) -> None:
+    uv = _uv(env, system_site_packages=system_site_packages)
+    system = ["--system-site-packages"] if system_site_packages else []
     if uv is not None:
-        _run.run([uv, "venv", "--quiet", "--python", python, root], env=env)
+        _run.run([uv, "venv", "--quiet", *system, "--python", python, root], env=env)
     else:
-        _run.run([python, "-m", "venv", root], env=env)
+        _run.run([python, "-m", "venv", *system, root], env=env)
 
 
-def _install(root: Path, args: Sequence[str], env: Mapping[str, str], pip_args: Sequence[str]) -> None:
-    uv = _run.which("uv", env)
+def _inherit_parent_venv(root: Path, python: Path, env: Mapping[str, str]) -> None:
+    """``--system-site-packages`` sees the base interpreter only; when ``python`` is itself a venv's,
+    a ``.pth`` file adds that venv's site-packages too (after the new venv's own)."""
+    show_site = "import site, sys; print(sys.prefix != sys.base_prefix); print(*site.getsitepackages(), sep='\\n')"
+    lines = _run.run([python, "-c", show_site], env=env, capture=True, quiet=True).stdout.splitlines()
+    if lines[0] != "True":
+        return
+    show_purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    purelib = _run.run([venv_python(root), "-c", show_purelib], env=env, capture=True, quiet=True).stdout.strip()
+    (Path(purelib) / "ortstack-parent-site.pth").write_text("\n".join(lines[1:]) + "\n")
+
+
+def _install(root: Path, args: Sequence[str], env: Mapping[str, str], pip_args: Sequence[str], uv: str | None) -> None:
     if uv is not None:
         _run.run([uv, "pip", "install", "--quiet", "--python", venv_python(root), *pip_args, *args], env=env)
     else:
@@ -153,17 +171,23 @@ def ensure(
     cache_dir: Path,
     env: Mapping[str, str],
     extras: Sequence[str] = (),
+    extras_no_deps: Sequence[str] = (),
     pip_args: Sequence[str] = (),
     python: Path | None = None,
+    system_site_packages: bool = False,
 ) -> Venv:
     """Return a ready venv holding ``spec`` plus ``extras`` (requirements), creating it if needed.
 
-    ``pip_args`` pass through to the installer (``--no-index``, ``--find-links DIR``) and are not part
-    of the cache key. Raises :class:`SuiteError` when the installation fails.
+    ``extras_no_deps`` are installed afterwards without their dependencies (onnxruntime-genai, which
+    would otherwise replace the wheel's own onnxruntime). ``system_site_packages`` lets the venv see
+    the interpreter's packages (offline machines that already have numpy). ``pip_args`` pass through
+    to the installer (``--no-index``, ``--find-links DIR``) and are not part of the cache key.
+    Raises :class:`SuiteError` when the installation fails.
     """
     interpreter = python if python is not None else Path(sys.executable)
     parts = parse_wheel_spec(spec)
-    key = cache_key(parts, extras, interpreter)
+    variant = json.dumps([sorted(extras_no_deps), system_site_packages])
+    key = cache_key(parts, extras, interpreter, variant=variant)
     root = cache_dir / "venvs" / key
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(root.parent / f"{key}.lock"):
@@ -175,8 +199,13 @@ def ensure(
             shutil.rmtree(root)
         with log.step(f"venv for {spec_label(spec)}"):
             try:
-                _create(root, interpreter, env)
-                _install(root, [*parts, *extras], env, pip_args)
+                _create(root, interpreter, env, system_site_packages=system_site_packages)
+                if system_site_packages:
+                    _inherit_parent_venv(root, interpreter, env)
+                uv = _uv(env, system_site_packages=system_site_packages)
+                _install(root, [*parts, *extras], env, pip_args, uv)
+                if extras_no_deps:
+                    _install(root, extras_no_deps, env, [*pip_args, "--no-deps"], uv)
             except subprocess.CalledProcessError as exc:
                 msg = f"installing {spec_label(spec)} into a fresh venv failed (exit {exc.returncode})"
                 raise SuiteError(

@@ -1,0 +1,260 @@
+"""Benchmark one or two wheels the same way, interleaved, and write JSON, Markdown and PNG.
+
+Each wheel spec gets its own venv; a worker process per (wheel, round) runs ``wheel_bench.worker``
+with that venv's interpreter. Two rounds in reversed order (A B, then B A) spread drift over both
+wheels. Without a GPU, WebGPU runs on Mesa's lavapipe: such numbers measure a CPU and are labelled
+so, and each wheel gets its own shader cache, cold in round 1 and warm in round 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import wheel_bench
+from ortstack import _run, log, venv
+from ortstack.errors import SuiteError
+from wheel_bench import report
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Mapping
+
+GENAI_REQUIREMENT = "onnxruntime-genai==0.18.0"
+WORKER_EXTRAS = ("numpy", "onnx")
+BUILDER_REQUIREMENTS = ("torch", "transformers", "tokenizers", "onnx", "onnx_ir")
+LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.json")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    wheels: tuple[str, ...]
+    ep: str = "webgpu"
+    out_dir: Path
+    cache_dir: Path
+    levels: tuple[str, ...] = ("ops", "genai")
+    warmups: int = 3
+    requests: int = 5
+    """Timed requests per round; two rounds make ten per wheel."""
+    ms: tuple[int, ...] = (1, 128, 1024)
+    k: int = 4096
+    layers: int = 16
+    variants: tuple[str, ...] = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8")
+    prompt_lengths: tuple[int, ...] = (128, 1024)
+    generate: int = 128
+    capture_modes: tuple[bool, ...] = (False, True)
+    model_shape: str = "realistic"
+    model_dir: Path | None = None
+    """A model made by ``wheel_bench.genai_model``; built (and cached) when not given."""
+    builder_python: Path | None = None
+    """An interpreter that has the model builder's requirements; a venv is made when not given."""
+    pip_args: tuple[str, ...] = ()
+    system_site_packages: bool = False
+    bandwidth_gbs: float | None = None
+    command: tuple[str, ...] = field(default_factory=tuple)
+
+
+def replace(options: BenchOptions, **changes: Any) -> BenchOptions:
+    return dataclasses.replace(options, **changes)
+
+
+def quick(options: BenchOptions) -> BenchOptions:
+    """Small shapes that finish on a 2-core machine with CPU or lavapipe in minutes."""
+    return replace(
+        options,
+        warmups=1,
+        requests=3,
+        ms=(1, 16),
+        k=256,
+        layers=4,
+        prompt_lengths=(16,),
+        generate=8,
+        capture_modes=(False,),
+        model_shape="tiny",
+    )
+
+
+def _python_dir() -> Path:
+    return Path(wheel_bench.__file__).resolve().parent.parent
+
+
+def _worker_env(options: BenchOptions, base: Mapping[str, str], wheel_index: int) -> dict[str, str]:
+    env = dict(base)
+    env["PYTHONPATH"] = str(_python_dir())
+    env["PYTHONUNBUFFERED"] = "1"
+    if options.ep == "webgpu" and _software_adapter(env):
+        env["ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"] = "1"
+        env["MESA_SHADER_CACHE_DIR"] = str(options.out_dir / "shader-cache" / f"wheel{wheel_index}")
+    return env
+
+
+def _software_adapter(env: Mapping[str, str]) -> bool:
+    return "lvp" in env.get("VK_DRIVER_FILES", "")
+
+
+def _with_lavapipe_if_no_gpu(env: Mapping[str, str]) -> dict[str, str]:
+    """Linux without a GPU: point Vulkan at lavapipe so WebGPU runs (on the CPU)."""
+    out = dict(env)
+    if "VK_DRIVER_FILES" not in out and shutil.which("nvidia-smi") is None and LAVAPIPE_ICD.is_file():
+        out["VK_DRIVER_FILES"] = str(LAVAPIPE_ICD)
+    return out
+
+
+def _host() -> dict[str, Any]:
+    host: dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(), "python": sys.version}
+    if shutil.which("nvidia-smi") is not None:
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        result = _run.run(query, capture=True, check=False, quiet=True)
+        host["gpus"] = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    return host
+
+
+def ensure_model(options: BenchOptions, env: Mapping[str, str]) -> Path:
+    """The genai model for this run: given, cached, or built now in a builder venv."""
+    if options.model_dir is not None:
+        return options.model_dir
+    source = (_python_dir() / "wheel_bench" / "genai_model.py").read_bytes()
+    key = hashlib.sha256(source + f"{options.model_shape}/{options.ep}".encode()).hexdigest()[:16]
+    root = options.cache_dir / "genai-models" / key
+    if (root / "model" / "manifest.json").is_file():
+        log.info(f"reusing genai model {root}")
+        return root / "model"
+    if options.builder_python is not None:
+        python = options.builder_python
+    else:
+        builder = venv.ensure(
+            GENAI_REQUIREMENT,
+            cache_dir=options.cache_dir,
+            env=env,
+            extras=BUILDER_REQUIREMENTS,
+            pip_args=options.pip_args,
+            system_site_packages=options.system_site_packages,
+        )
+        python = builder.python
+    if root.exists():
+        shutil.rmtree(root)
+    build_env = {**env, "PYTHONPATH": str(_python_dir())}
+    argv: list[str | os.PathLike[str]] = [
+        python,
+        "-m",
+        "wheel_bench.genai_model",
+        "--out",
+        root,
+        "--shape",
+        options.model_shape,
+        "--ep",
+        options.ep,
+    ]
+    with log.step(f"build the {options.model_shape} genai model"):
+        try:
+            _run.run(argv, env=build_env)
+        except subprocess.CalledProcessError as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            msg = f"building the genai model failed (exit {exc.returncode})"
+            raise SuiteError(msg, tip="see the builder output above; --genai-model DIR uses a prebuilt one") from None
+    return root / "model"
+
+
+def interleaved_order(wheel_count: int) -> list[tuple[int, int]]:
+    """(wheel index, round) pairs: A B then B A; one wheel simply runs twice."""
+    first = list(range(wheel_count))
+    return [(w, 1) for w in first] + [(w, 2) for w in reversed(first)]
+
+
+def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | None) -> dict[str, Any]:
+    plan: dict[str, Any] = {
+        "wheel": wheel_id,
+        "round": round_,
+        "ep": options.ep,
+        "warmups": options.warmups,
+        "requests": options.requests,
+    }
+    if "ops" in options.levels:
+        plan["ops"] = {
+            "ms": list(options.ms),
+            "k": options.k,
+            "layers": options.layers,
+            "variants": list(options.variants),
+        }
+    if "genai" in options.levels and model_dir is not None:
+        plan["genai"] = {
+            "model_dir": str(model_dir),
+            "prompt_lengths": list(options.prompt_lengths),
+            "generate": options.generate,
+            "capture_modes": list(options.capture_modes),
+        }
+    return plan
+
+
+def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
+    """Run the whole bench; returns the paths of the JSON, Markdown and PNG outputs."""
+    if not 1 <= len(options.wheels) <= 2:  # noqa: PLR2004 - A or A/B
+        msg = f"give one or two wheels, not {len(options.wheels)}"
+        raise SuiteError(msg, tip="--wheel A [--wheel B]")
+    env = _with_lavapipe_if_no_gpu(env) if options.ep == "webgpu" else dict(env)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(options.out_dir / "shader-cache", ignore_errors=True)
+    ids = ["A", "B"][: len(options.wheels)]
+    extras_no_deps = (GENAI_REQUIREMENT,) if "genai" in options.levels else ()
+    venvs = [
+        venv.ensure(
+            spec,
+            cache_dir=options.cache_dir,
+            env=env,
+            extras=WORKER_EXTRAS,
+            extras_no_deps=extras_no_deps,
+            pip_args=options.pip_args,
+            system_site_packages=options.system_site_packages,
+        )
+        for spec in options.wheels
+    ]
+    model_dir = ensure_model(options, env) if "genai" in options.levels else None
+    runs: list[dict[str, Any]] = []
+    order = []
+    work = options.out_dir / "raw"
+    work.mkdir(exist_ok=True)
+    for wheel_index, round_ in interleaved_order(len(options.wheels)):
+        wheel_id = ids[wheel_index]
+        plan_path = work / f"plan-{wheel_id}{round_}.json"
+        result_path = work / f"result-{wheel_id}{round_}.json"
+        plan_path.write_text(json.dumps(_plan(options, wheel_id, round_, model_dir), indent=1))
+        argv: list[str | os.PathLike[str]] = [
+            venvs[wheel_index].python,
+            "-m",
+            "wheel_bench.worker",
+            plan_path,
+            result_path,
+        ]
+        with log.step(f"round {round_}, wheel {wheel_id}: {venv.spec_label(options.wheels[wheel_index])}"):
+            try:
+                _run.run(argv, env=_worker_env(options, env, wheel_index))
+            except subprocess.CalledProcessError as exc:
+                msg = f"the bench worker for wheel {wheel_id} round {round_} failed (exit {exc.returncode})"
+                raise SuiteError(msg, tip="its output is above; earlier results stay in " + str(work)) from None
+        result = json.loads(result_path.read_text())
+        runs.append(result)
+        order.append({"wheel": wheel_id, "round": round_, "started": result["started"], "finished": result["finished"]})
+    document = {
+        "schema": 1,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": list(options.command),
+        "options": json.loads(json.dumps(asdict(options), default=str)),
+        "host": _host(),
+        "software_adapter": options.ep == "webgpu" and _software_adapter(env),
+        "wheels": [
+            {"id": i, "spec": spec, "label": venv.spec_label(spec)} for i, spec in zip(ids, options.wheels, strict=True)
+        ],
+        "order": order,
+        "runs": runs,
+    }
+    document["summary"] = report.summarize(document, bandwidth_gbs=options.bandwidth_gbs)
+    return report.write(document, options.out_dir)

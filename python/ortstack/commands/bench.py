@@ -1,0 +1,87 @@
+"""``ortstack bench``: measure one wheel, or two A/B, at op and model level."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ortstack import bench, log
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ortstack.settings import Settings
+
+HELP = "benchmark one or two wheels (A/B, interleaved): op chains and genai TTFT/decode; JSON, Markdown, PNG"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(","))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wheel",
+        action="append",
+        default=[],
+        help="a .whl path or requirement(s) joined with '+', e.g. onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0;"
+        " give twice for A/B",
+    )
+    parser.add_argument("--ep", choices=["cpu", "webgpu"], default="webgpu", help="execution provider (default webgpu)")
+    parser.add_argument("--quick", action="store_true", help="small shapes that finish in minutes on a CPU")
+    parser.add_argument("--out", type=Path, help="output directory (default: WORK_DIR/bench)")
+    parser.add_argument("--levels", default=None, help="comma list of ops,genai (default both)")
+    parser.add_argument("--requests", type=int, help="timed requests per case and round (two rounds)")
+    parser.add_argument("--warmups", type=int, help="warmup requests per case and round")
+    parser.add_argument("--m", type=_ints, help="op level: comma list of M")
+    parser.add_argument("--k", type=int, help="op level: K = N")
+    parser.add_argument("--layers", type=int, help="op level: chain length L")
+    parser.add_argument("--prompts", type=_ints, help="model level: comma list of prompt lengths")
+    parser.add_argument("--generate", type=int, help="model level: tokens to generate")
+    parser.add_argument("--no-capture", action="store_true", help="model level: skip graph capture on")
+    parser.add_argument("--genai-model", type=Path, help="a model made by wheel_bench.genai_model (skips the build)")
+    parser.add_argument("--builder-python", type=Path, help="interpreter with torch/transformers for the model build")
+    parser.add_argument("--bandwidth-gbs", type=float, help="device bandwidth for the floor column")
+    parser.add_argument("--offline-wheels", type=Path, help="install only from this folder of wheels (no index)")
+    parser.add_argument(
+        "--system-site-packages", action="store_true", help="venvs see this interpreter's packages (offline hosts)"
+    )
+
+
+def main(args: argparse.Namespace, config: Settings) -> int:
+    default_wheel = "onnxruntime-webgpu==1.27.0"
+    wheels = tuple(args.wheel) or (default_wheel, "onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0")
+    pip_args: tuple[str, ...] = ()
+    if args.offline_wheels is not None:
+        pip_args = ("--no-index", "--no-deps", "--find-links", str(args.offline_wheels.resolve()))
+    options = bench.BenchOptions(
+        wheels=wheels,
+        ep=args.ep,
+        out_dir=(args.out or config.work_dir / "bench").resolve(),
+        cache_dir=config.cache_dir,
+        builder_python=args.builder_python,
+        model_dir=args.genai_model.resolve() if args.genai_model else None,
+        pip_args=pip_args,
+        system_site_packages=args.system_site_packages,
+        bandwidth_gbs=args.bandwidth_gbs,
+        command=("ortstack", *sys.argv[1:]),
+    )
+    if args.quick:
+        options = bench.quick(options)
+    overrides = {
+        "levels": tuple(args.levels.split(",")) if args.levels else None,
+        "requests": args.requests,
+        "warmups": args.warmups,
+        "ms": args.m,
+        "k": args.k,
+        "layers": args.layers,
+        "prompt_lengths": args.prompts,
+        "generate": args.generate,
+        "capture_modes": (False,) if args.no_capture else None,
+    }
+    options = bench.replace(options, **{k: v for k, v in overrides.items() if v is not None})
+    paths = bench.run(options, config.env)
+    for kind, path in paths.items():
+        log.info(f"{kind}: {path}")
+    return 0

@@ -1,0 +1,366 @@
+"""Turn a bench document into a summary, a Markdown report and PNG plots.
+
+Op level: per-layer time (t_L / L) and marginal cost per layer ((t_L - t_1) / (L - 1)) with the bytes
+a layer moves and the bandwidth floor. Model level: TTFT and decode tokens/s per case, in the
+layout of the adapter fusion PR's performance table. With two wheels, every figure gets the B/A
+ratio, its bootstrap interval and a verdict. Lavapipe results are labelled as CPU-measured; cold
+first runs (shader compilation) are listed apart from warm ones.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from wheel_bench.stats import Spread, compare
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# Stated peak bandwidths (GB/s) for devices a result may name; a measured figure can be passed instead.
+STATED_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0}
+
+
+def _samples(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """(wheel, case key) -> metric -> samples over both rounds."""
+    out: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for run in document["runs"]:
+        for case in run["cases"]:
+            if "error" in case:
+                continue
+            metrics = out[(run["wheel"], case["key"])]
+            if case["level"] == "ops":
+                metrics["ms"] += case["samples_ms"]
+            else:
+                metrics["ttft_ms"] += case["ttft_ms"]
+                metrics["decode_tok_s"] += case["decode_tok_s"]
+    return out
+
+
+def _cases(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Case key -> the case's description from the first run that has it."""
+    out: dict[str, dict[str, Any]] = {}
+    for run in document["runs"]:
+        for case in run["cases"]:
+            out.setdefault(case["key"], case)
+    return out
+
+
+def _bandwidth(document: dict[str, Any], given: float | None) -> tuple[float | None, str]:
+    if given is not None:
+        return given, "given"
+    for gpu in document["host"].get("gpus", []):
+        for name, gbs in STATED_BANDWIDTH_GBS.items():
+            if name in gpu:
+                return gbs, f"stated for {name}"
+    return None, "unknown"
+
+
+def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -> dict[str, Any]:
+    samples = _samples(document)
+    cases = _cases(document)
+    wheels = [w["id"] for w in document["wheels"]]
+    bandwidth, bandwidth_source = _bandwidth(document, bandwidth_gbs)
+    rows: list[dict[str, Any]] = []
+    for key, case in cases.items():
+        if "error" in case:
+            rows.append({"key": key, "level": case["level"], "error": case["error"]})
+            continue
+        metrics = ["ms"] if case["level"] == "ops" else ["ttft_ms", "decode_tok_s"]
+        for metric in metrics:
+            row: dict[str, Any] = {"key": key, "level": case["level"], "metric": metric, "wheels": {}}
+            for wheel in wheels:
+                values = samples.get((wheel, key), {}).get(metric)
+                if values:
+                    row["wheels"][wheel] = Spread.of(values).__dict__
+            if len(row["wheels"]) == 2:
+                a, b = samples[(wheels[0], key)][metric], samples[(wheels[1], key)][metric]
+                row["b_over_a"] = compare(a, b, higher_is_better=metric == "decode_tok_s").as_dict()
+            rows.append(row)
+    return {
+        "bandwidth_gbs": bandwidth,
+        "bandwidth_source": bandwidth_source,
+        "rows": rows,
+        "ops": _ops_table(document, samples, bandwidth),
+        "cold_vs_warm": _cold_vs_warm(document),
+    }
+
+
+def _ops_table(
+    document: dict[str, Any], samples: dict[tuple[str, str], dict[str, list[float]]], bandwidth: float | None
+) -> list[dict[str, Any]]:
+    """Per wheel, variant and M: per-layer and marginal µs, ratio to base, bytes and floor."""
+    chains: dict[tuple[str, int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for key, case in _cases(document).items():
+        if case["level"] == "ops":
+            chains[(case["variant"], case["m"], case["k"])][case["layers"]] = {"key": key, **case}
+    out = []
+    for wheel in (w["id"] for w in document["wheels"]):
+        medians: dict[tuple[str, int, int], tuple[float, float | None]] = {}
+        for (variant, m, k), by_layers in chains.items():
+            longest = max(by_layers)
+            ms_long = statistics.median(samples[(wheel, by_layers[longest]["key"])]["ms"])
+            per_layer = ms_long / longest * 1e3
+            marginal = None
+            if 1 in by_layers and longest > 1:
+                ms_one = statistics.median(samples[(wheel, by_layers[1]["key"])]["ms"])
+                marginal = (ms_long - ms_one) / (longest - 1) * 1e3
+            medians[(variant, m, k)] = (per_layer, marginal)
+        for (variant, m, k), (per_layer, marginal) in medians.items():
+            base = medians.get(("base", m, k))
+            case = chains[(variant, m, k)][max(chains[(variant, m, k)])]
+            nbytes = case["bytes_per_layer"]
+            out.append(
+                {
+                    "wheel": wheel,
+                    "variant": variant,
+                    "m": m,
+                    "k": k,
+                    "layers": case["layers"],
+                    "per_layer_us": per_layer,
+                    "marginal_us": marginal,
+                    "x_base": per_layer / base[0] if base else None,
+                    "marginal_x_base": marginal / base[1] if base and base[1] and marginal is not None else None,
+                    "bytes_per_layer": nbytes,
+                    "floor_us": nbytes / (bandwidth * 1e9) * 1e6 if bandwidth else None,
+                    "fused_nodes": case.get("fused_nodes"),
+                }
+            )
+    return out
+
+
+def _cold_vs_warm(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """First run of each case per round: round 1 compiles shaders cold, round 2 finds them cached."""
+    out = []
+    for run in document["runs"]:
+        for case in run["cases"]:
+            if "error" in case:
+                continue
+            first = case["first_run_ms"] if case["level"] == "ops" else case["first_request"]["ttft_ms"]
+            out.append({"wheel": run["wheel"], "round": run["round"], "key": case["key"], "first_ms": first})
+    return out
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _spread(spread: dict[str, float] | None, digits: int = 1) -> str:
+    if not spread:
+        return "-"
+    return f"{_fmt(spread['median'], digits)} ({_fmt(spread['min'], digits)}-{_fmt(spread['max'], digits)})"
+
+
+def markdown(document: dict[str, Any]) -> str:
+    summary = document["summary"]
+    labels = {w["id"]: w["label"] for w in document["wheels"]}
+    lines = ["# ortstack bench", ""]
+    if document["software_adapter"]:
+        lines += [
+            "**CPU-measured:** WebGPU ran on Mesa's lavapipe (a software Vulkan driver). These numbers",
+            "measure a CPU; do not compare them with GPU runs.",
+            "",
+        ]
+    lines += [f"- {wid}: `{label}`" for wid, label in labels.items()]
+    for run in document["runs"]:
+        if run["round"] == 1:
+            env = run["environment"]
+            lines.append(
+                f"- {run['wheel']} ran onnxruntime {env['ort_version']} with EP {env['ep']} ({env['ep_kind']}"
+                + (f", plugin {env['plugin_version']}" if env.get("plugin_version") else "")
+                + f"), MatMulNBitsQLoRA schema: {'yes' if env['has_qlora_schema'] else 'no'}"
+            )
+    host = document["host"]
+    lines += [f"- host: {host['platform']}" + (f"; GPU: {', '.join(host['gpus'])}" if host.get("gpus") else "")]
+    order = " ".join(f"{o['wheel']}{o['round']}" for o in document["order"])
+    options = document["options"]
+    lines += [
+        (
+            f"- order of worker runs: {order}; {options['warmups']} warmups and {options['requests']} requests "
+            "per case and round; figures are medians over both rounds with (min-max)"
+        ),
+        f"- command: `{' '.join(document['command'])}`" if document["command"] else "",
+        "",
+    ]
+    if summary["ops"]:
+        floor_note = (
+            f"bandwidth floor at {summary['bandwidth_gbs']:.0f} GB/s ({summary['bandwidth_source']})"
+            if summary["bandwidth_gbs"]
+            else "no bandwidth figure for this device (pass --bandwidth-gbs)"
+        )
+        lines += [
+            "## Op level: per-layer cost of a MatMulNBits chain",
+            "",
+            f"µs per layer = median run time / L; marginal = (t_L - t_1)/(L - 1); {floor_note}.",
+            "",
+            "| wheel | variant | M | per layer µs | x base | marginal µs | x base | MB/layer | floor µs | fused |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['wheel']} | {r['variant']} | {r['m']} | {_fmt(r['per_layer_us'])} | {_fmt(r['x_base'], 2)} | "
+            f"{_fmt(r['marginal_us'])} | {_fmt(r['marginal_x_base'], 2)} | {r['bytes_per_layer'] / 1e6:.2f} | "
+            f"{_fmt(r['floor_us'], 2)} | {'-' if r['fused_nodes'] is None else r['fused_nodes']} |"
+            for r in sorted(summary["ops"], key=lambda r: (r["m"], r["variant"], r["wheel"]))
+        ]
+        lines.append("")
+    genai_rows = [r for r in summary["rows"] if r["level"] == "genai"]
+    if genai_rows:
+        lines += _genai_table(document, genai_rows)
+    ab_rows = [r for r in summary["rows"] if "b_over_a" in r]
+    if ab_rows:
+        lines += [
+            "## A/B",
+            "",
+            "Ratio B/A of medians with a 95 % bootstrap interval; a difference inside the spread is no difference.",
+            "",
+            "| case | metric | A | B | B/A | 95 % interval | verdict |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in ab_rows:
+            c = r["b_over_a"]
+            lines.append(
+                f"| {r['key']} | {r['metric']} | {_spread(r['wheels']['A'], 2)} | {_spread(r['wheels']['B'], 2)} | "
+                f"{c['ratio']:.3f} | {c['ci_low']:.3f}-{c['ci_high']:.3f} | {c['verdict']} |"
+            )
+        lines.append("")
+    errors = [
+        f"- {run['wheel']}{run['round']} {case['key']}: {case['error'].strip()}"
+        for run in document["runs"]
+        for case in run["cases"]
+        if "error" in case
+    ]
+    if errors:
+        lines += ["## Not measured", "", *errors, ""]
+    totals: dict[tuple[str, int], float] = defaultdict(float)
+    for r in summary["cold_vs_warm"]:
+        totals[(r["wheel"], r["round"])] += r["first_ms"]
+    lines += [
+        "## First run per worker (cold shader compilation in round 1, warm cache in round 2)",
+        "",
+        "Sum of first runs: "
+        + "; ".join(f"{wheel} round {round_}: {_fmt(ms / 1e3, 2)} s" for (wheel, round_), ms in sorted(totals.items())),
+        "",
+        "| wheel | round | case | first run ms |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {r['wheel']} | {r['round']} | {r['key']} | {_fmt(r['first_ms'])} |" for r in summary["cold_vs_warm"]]
+    return "\n".join(lines) + "\n"
+
+
+def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    by_key: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        if "metric" in r:
+            by_key[r["key"]][r["metric"]] = r
+    cases = _cases(document)
+    lines = [
+        "## Model level (onnxruntime-genai): TTFT and decode",
+        "",
+        "Batch 1, greedy, every generated token read back; median (min-max) of all requests.",
+        "",
+        "| adapter | capture | prompt | generated | wheel | TTFT ms | decode tok/s | output |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    outputs = _outputs(document)
+    for key, metrics in sorted(by_key.items(), key=lambda kv: (cases[kv[0]]["prompt"], kv[0])):
+        case = cases[key]
+        for wheel in (w["id"] for w in document["wheels"]):
+            ttft = metrics["ttft_ms"]["wheels"].get(wheel)
+            decode = metrics["decode_tok_s"]["wheels"].get(wheel)
+            lines.append(
+                f"| {'on' if case['adapter'] else 'off'} | {'on' if case['capture'] else 'off'} | {case['prompt']} | "
+                f"{case['generate']} | {wheel} | {_spread(ttft)} | {_spread(decode)} | "
+                f"{_output_note(outputs, wheel, case)} |"
+            )
+    lines.append("")
+    return lines
+
+
+def _outputs(document: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """(wheel, case key) -> hashes of the greedy outputs seen."""
+    out: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for run in document["runs"]:
+        for case in run["cases"]:
+            out[(run["wheel"], case["key"])] |= set(case.get("output_sha256", []))
+    return out
+
+
+def _output_note(outputs: dict[tuple[str, str], set[str]], wheel: str, case: dict[str, Any]) -> str:
+    """For adapter on: whether the greedy tokens differ from adapter off (they must, if it applies)."""
+    if not case["adapter"]:
+        return "-"
+    off_key = case["key"].replace("adapter=on", "adapter=off")
+    on, off = outputs.get((wheel, case["key"])), outputs.get((wheel, off_key))
+    if not on or not off:
+        return "-"
+    return "same as adapter off" if on == off else "differs from adapter off"
+
+
+def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib as mpl  # noqa: PLC0415 - only the report needs matplotlib
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    summary = document["summary"]
+    suffix = " (CPU-measured: lavapipe)" if document["software_adapter"] else ""
+    written = []
+    if summary["ops"]:
+        ms = sorted({r["m"] for r in summary["ops"]})
+        fig, axes = plt.subplots(1, len(ms), figsize=(4.5 * len(ms), 4), squeeze=False)
+        for ax, m in zip(axes[0], ms, strict=True):
+            rows = [r for r in summary["ops"] if r["m"] == m]
+            variants = sorted({r["variant"] for r in rows})
+            wheels = sorted({r["wheel"] for r in rows})
+            width = 0.8 / len(wheels)
+            for i, wheel in enumerate(wheels):
+                values = [
+                    next(r["per_layer_us"] for r in rows if r["wheel"] == wheel and r["variant"] == v) for v in variants
+                ]
+                ax.bar([x + i * width for x in range(len(variants))], values, width, label=wheel)
+            floor = next((r["floor_us"] for r in rows if r["variant"] == "base"), None)
+            if floor:
+                ax.axhline(floor, color="gray", linestyle="--", linewidth=1, label="base floor")
+            ax.set_xticks([x + width * (len(wheels) - 1) / 2 for x in range(len(variants))], variants)
+            ax.set_title(f"M={m}")
+            ax.set_ylabel("µs per layer")
+            ax.legend()
+        fig.suptitle("MatMulNBits chain, per-layer time" + suffix)
+        fig.tight_layout()
+        path = out_dir / "ops.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    genai = [r for r in summary["rows"] if r["level"] == "genai" and "metric" in r]
+    if genai:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, metric, label in ((axes[0], "ttft_ms", "TTFT ms"), (axes[1], "decode_tok_s", "decode tok/s")):
+            rows = [r for r in genai if r["metric"] == metric]
+            keys = [r["key"].removeprefix("genai/") for r in rows]
+            wheels = sorted({w for r in rows for w in r["wheels"]})
+            width = 0.8 / max(len(wheels), 1)
+            for i, wheel in enumerate(wheels):
+                values = [r["wheels"].get(wheel, {}).get("median", 0.0) for r in rows]
+                ax.barh([y + i * width for y in range(len(rows))], values, width, label=wheel)
+            ax.set_yticks([y + width * (len(wheels) - 1) / 2 for y in range(len(rows))], keys, fontsize=7)
+            ax.set_xlabel(label)
+            ax.legend()
+        fig.suptitle("onnxruntime-genai decoder" + suffix)
+        fig.tight_layout()
+        path = out_dir / "genai.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write(document: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md"}
+    paths["json"].write_text(json.dumps(document, indent=1))
+    paths["markdown"].write_text(markdown(document))
+    for index, path in enumerate(plots(document, out_dir)):
+        paths[f"png{index}"] = path
+    return paths

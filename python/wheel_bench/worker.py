@@ -1,0 +1,58 @@
+"""One worker run: measure every case of a plan with the onnxruntime of this venv, write JSON.
+
+Started by ``ortstack bench`` once per (wheel, round), with the interpreter of that wheel's venv:
+``python -m wheel_bench.worker PLAN.json RESULT.json``. The plan says what to run; the result holds
+the environment and the raw samples. Nothing here judges a number.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from wheel_bench import ep, genai_run, ops
+
+
+def run(plan: dict[str, Any]) -> dict[str, Any]:
+    setup = ep.setup(plan["ep"])
+    started = time.time()
+    cases: list[dict[str, Any]] = []
+    ops_plan = plan.get("ops")
+    if ops_plan:
+        chain = ops.cases(ms=ops_plan["ms"], k=ops_plan["k"], layers=ops_plan["layers"], variants=ops_plan["variants"])
+        cases += [ops.measure(setup, case, warmups=plan["warmups"], requests=plan["requests"]) for case in chain]
+    genai_plan = plan.get("genai")
+    if genai_plan:
+        cases += genai_run.measure(
+            setup,
+            Path(genai_plan["model_dir"]),
+            prompt_lengths=genai_plan["prompt_lengths"],
+            generate=genai_plan["generate"],
+            capture_modes=genai_plan["capture_modes"],
+            warmups=plan["warmups"],
+            requests=plan["requests"],
+        )
+    return {
+        "wheel": plan["wheel"],
+        "round": plan["round"],
+        "started": started,
+        "finished": time.time(),
+        "environment": {**ep.environment(setup), "python": sys.version, "platform": platform.platform()},
+        "cases": cases,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    plan_path, result_path = Path(args[0]), Path(args[1])
+    result = run(json.loads(plan_path.read_text()))
+    result_path.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

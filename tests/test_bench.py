@@ -1,0 +1,99 @@
+"""``ortstack bench`` end to end on the CPU EP: real venvs, real worker processes, real outputs.
+
+The wheel spec is the onnxruntime this interpreter already has (the ``test`` dependency group),
+given twice (A and B), installed into venvs that see this interpreter's packages and reach no
+index. Nothing here judges a timing: the test checks the shape of the outputs and that the rounds
+interleave the wheels A B B A.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from ortstack.bench import interleaved_order
+
+PYTHON_SRC = Path(__file__).parents[1] / "python"
+
+
+def test_interleaved_order_reverses_the_second_round() -> None:
+    assert interleaved_order(2) == [(0, 1), (1, 1), (1, 2), (0, 2)]
+    assert interleaved_order(1) == [(0, 1), (0, 2)]
+
+
+@pytest.mark.slow
+def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path, base_env: dict[str, str]) -> None:
+    spec = f"onnxruntime=={version('onnxruntime')}"
+    out = tmp_path / "out"
+    no_index = tmp_path / "no-index"
+    no_index.mkdir()
+    argv = [
+        sys.executable,
+        "-m",
+        "ortstack",
+        "bench",
+        "--quick",
+        "--ep=cpu",
+        "--levels=ops",
+        f"--wheel={spec}",
+        f"--wheel={spec}",
+        f"--out={out}",
+        f"--cache-dir={tmp_path / 'cache'}",
+        f"--offline-wheels={no_index}",
+        "--system-site-packages",
+    ]
+    env = {**base_env, "PYTHONPATH": os.pathsep.join(filter(None, [str(PYTHON_SRC), base_env.get("PYTHONPATH")]))}
+    # The timeout only guards against a hang; the bench itself is not timed.
+    result = subprocess.run(argv, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr
+
+    document = json.loads((out / "bench.json").read_text())
+    assert [w["id"] for w in document["wheels"]] == ["A", "B"]
+    order = [(o["wheel"], o["round"]) for o in document["order"]]
+    assert order == [("A", 1), ("B", 1), ("B", 2), ("A", 2)]
+    starts = [o["started"] for o in document["order"]]
+    assert starts == sorted(starts)
+    assert [(r["wheel"], r["round"]) for r in document["runs"]] == order
+
+    options = document["options"]
+    expected_cases = {
+        f"{v}/M={m}/K={options['k']}/L={n}"
+        for v in options["variants"]
+        for m in options["ms"]
+        for n in {1, options["layers"]}
+    }
+    for run in document["runs"]:
+        assert run["environment"]["ort_version"] == version("onnxruntime")
+        assert run["environment"]["ep_kind"] == "cpu"
+        assert {c["key"] for c in run["cases"]} == expected_cases
+        for case in run["cases"]:
+            assert len(case["samples_ms"]) == options["requests"]
+            assert all(s > 0 for s in case["samples_ms"])
+            assert case["output_finite"]
+
+    summary = document["summary"]
+    rows = [r for r in summary["rows"] if r["level"] == "ops"]
+    assert {r["key"] for r in rows} == expected_cases
+    for row in rows:
+        assert set(row["wheels"]) == {"A", "B"}
+        assert row["wheels"]["A"]["n"] == 2 * options["requests"]
+        spread = row["wheels"]["A"]
+        assert spread["min"] <= spread["median"] <= spread["max"]
+        ratio = row["b_over_a"]
+        assert ratio["ci_low"] <= ratio["ci_high"]
+        assert ratio["verdict"] in {"no difference", "B better", "B worse"}
+    assert {(r["wheel"], r["variant"]) for r in summary["ops"]} == {
+        (w, v) for w in ("A", "B") for v in options["variants"]
+    }
+
+    markdown = (out / "bench.md").read_text()
+    assert "| wheel | variant | M | per layer µs |" in markdown
+    assert "order of worker runs: A1 B1 B2 A2" in markdown
+    assert "CPU-measured" not in markdown  # the CPU EP is not a software WebGPU adapter
+    assert (out / "ops.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
