@@ -34,6 +34,18 @@ def fetch(session: nox.Session) -> None:
     _ortstack(session, "fetch")
 
 
+@nox.session(default=False, tags=["pipeline"])
+def patch(session: nox.Session) -> None:
+    """Apply the patch series to the pinned source (args go to `ortstack patch`, e.g. --export)."""
+    _ortstack(session, "patch")
+
+
+@nox.session(name="refresh-patches", default=False)
+def refresh_patches(session: nox.Session) -> None:
+    """Download pr/commit patches at their pinned commits and re-pin them (args go to the verb)."""
+    _ortstack(session, "refresh-patches")
+
+
 @nox.session(reuse_venv=True)
 def status(session: nox.Session) -> None:
     """Show the pin, the cache, the patch series, the variants and the built wheels."""

@@ -28,7 +28,7 @@ class Verb(Protocol):
 
 
 # Module names under ortstack.commands; the verb is the name with "_" spelled "-".
-VERBS: tuple[str, ...] = ("fetch", "status")
+VERBS: tuple[str, ...] = ("fetch", "status", "patch", "refresh_patches")
 
 
 def _exit_code_epilog() -> str:

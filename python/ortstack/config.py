@@ -21,6 +21,8 @@ from ortstack.errors import ConfigError
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
+HEX_PREFIX = re.compile(r"[0-9a-f]{4,39}")
+SHORT_OR_FULL_COMMIT = re.compile(r"(?:[0-9a-f]{7,40})?")
 PLATFORMS = ("linux", "windows", "macos")
 
 T = TypeVar("T")
@@ -47,9 +49,12 @@ class Origin:
     pr: int = 0
     """Pull-request number, for ``kind = "pr"``."""
     head: str = ""
-    """Full 40-hex commit the patch is taken at (PR head, the commit, or the range end)."""
+    """Commit the patch is taken at (PR head, the commit, or the range end): a full 40-hex id.
+    A short id records what is known; the first refresh resolves it and locks the full id.
+    Empty for a PR: its head at the first refresh is pinned."""
     base: str = ""
-    """Full 40-hex commit the range starts at (``compare``; optional for ``pr``)."""
+    """Where the range starts: a full 40-hex commit or a branch (``compare``; for ``pr`` the branch
+    the PR targets, ``main`` when empty)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,8 +256,10 @@ def _validate(reader: _Reader, stack: Stack) -> None:
 
 def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
     _check_hex(reader, patch.sha256, HEX64, (*where, "sha256"), "64-hex sha256")
-    _check_hex(reader, patch.origin.head, HEX40, (*where, "origin", "head"), "40-hex commit id")
-    _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id")
+    if not SHORT_OR_FULL_COMMIT.fullmatch(patch.origin.head):
+        raise reader.fail((*where, "origin", "head"), f"must be a commit id, got {patch.origin.head!r}")
+    if HEX_PREFIX.fullmatch(patch.origin.base):
+        _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id or a branch")
     for platform in patch.platforms:
         if platform not in PLATFORMS:
             tip = _suggest(platform, list(PLATFORMS))

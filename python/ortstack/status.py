@@ -35,6 +35,8 @@ class Section:
     title: str
     columns: list[str]
     rows: list[list[str]]
+    notes: tuple[str, ...] = ()
+    """Plain sentences printed under the table: what is missing and the command that fixes it."""
 
 
 SectionFunction = Callable[[StatusContext], "Section | None"]
@@ -43,6 +45,7 @@ SectionFunction = Callable[[StatusContext], "Section | None"]
 SECTIONS: tuple[str, ...] = (
     "ortstack.status:pin_section",
     "ortstack.status:cache_section",
+    "ortstack.patch_status:section",
 )
 
 

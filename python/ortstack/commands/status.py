@@ -23,4 +23,6 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     context = status.StatusContext(stack=config.load(settings.stack_file), settings=settings)
     for section in status.sections(context):
         log.table(section.title, section.columns, section.rows)
+        for note in section.notes:
+            log.warn(note)
     return 0

@@ -1,0 +1,138 @@
+"""The patch series at a glance, for ``ortstack status``: what is vendored, applies, is upstreamed.
+
+Status never applies anything: it reads the vendored files and the state the last ``patch`` run
+left in a prepared tree, and says what to run when something is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from ortstack import prepare, series
+from ortstack.errors import PatchError
+from ortstack.lockfile import Lock
+from ortstack.status import Section
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ortstack.config import PatchEntry, Stack
+    from ortstack.status import StatusContext
+
+_OUTCOME_TEXT = {
+    "applied": "applies",
+    "upstreamed": "UPSTREAMED: drop it",
+    "in-base": "in base",
+    "skipped": "skipped on this platform",
+}
+
+
+def _origin(entry: PatchEntry, lock: Lock) -> str:
+    origin = entry.origin
+    head = series.pinned_head(entry, lock)
+    at = f" @ {head[:12]}" if head else " (head not pinned yet)"
+    if entry.mode == "in-base":
+        at = " (merged upstream)"
+    if origin.kind == "pr":
+        return f"PR #{origin.pr}{at}"
+    if origin.kind == "commit":
+        return f"commit{at}"
+    if origin.kind == "compare":
+        return f"{origin.base[:12]}...{head[:12]}"
+    return "local"
+
+
+def _vendored(stack: Stack, entry: PatchEntry, lock: Lock) -> str:
+    if entry.mode == "in-base":
+        return "-"
+    if not series.is_vendored(stack, entry):
+        return "NOT VENDORED"
+    try:
+        if series.expected_sha256(entry, lock) is None:
+            return "vendored (sha256 not pinned)"
+        series.verify(stack, entry, lock)
+    except PatchError as exc:
+        return f"BROKEN: {exc.message}"
+    return "vendored"
+
+
+def _guard(stack: Stack, entry: PatchEntry, tree: Path | None, platform: str) -> str:
+    if entry.guard is None:
+        return "-"
+    if not series.applies_on(entry, platform):
+        return "-"
+    if tree is None:
+        return "not checked"
+    single = dataclasses.replace(stack, patches=(entry,))
+    try:
+        prepare.check_guards(single, tree, platform)
+    except PatchError:
+        return "GUARD FAILED"
+    return "guard ok"
+
+
+def _prepared(stack: Stack, work_dir: Path) -> prepare.Prepared | None:
+    names = [v.name for v in stack.variants] or ["default"]
+    for name in names:
+        state = prepare.read_state(prepare.tree_path(work_dir, name))
+        if state is not None:
+            return state
+    return None
+
+
+def rows(stack: Stack, lock: Lock, work_dir: Path, platform: str) -> list[list[str]]:
+    """One row per entry: id, origin, vendored, state on ``platform``, guard, platforms."""
+    state = _prepared(stack, work_dir)
+    if state is not None and state.platform != platform:
+        state = None
+    table: list[list[str]] = []
+    for entry in stack.patches:
+        outcome = state.outcome(entry.id) if state is not None else None
+        if not series.applies_on(entry, platform):
+            result = f"skipped on {platform}"
+        elif outcome is not None:
+            result = _OUTCOME_TEXT[outcome.state]
+        elif entry.mode == "in-base":
+            result = "in base (not checked: run ortstack patch)"
+        else:
+            result = "not applied yet (run ortstack patch)"
+        tree = state.path if state is not None else None
+        platforms = ", ".join(entry.platforms) or "all"
+        table.append(
+            [
+                entry.id,
+                _origin(entry, lock),
+                _vendored(stack, entry, lock),
+                result,
+                _guard(stack, entry, tree, platform),
+                platforms,
+            ]
+        )
+    return table
+
+
+def section(context: StatusContext) -> Section | None:
+    """The series on this machine's platform; says plainly what is not vendored and how to vendor it."""
+    stack, settings = context.stack, context.settings
+    if not stack.patches:
+        return None
+    platform = series.host_platform()
+    lock = Lock.load(settings.lock_file)
+    columns = ["patch", "origin", "vendored", f"on {platform}", "guard", "platforms"]
+    missing = [e.id for e in stack.patches if not series.is_vendored(stack, e)]
+    notes: tuple[str, ...] = ()
+    if missing:
+        note = (
+            f"{len(missing)} of {len(stack.patches)} patch entries are not vendored yet: {', '.join(missing)}. "
+            f"Vendor them with: {series.REFRESH_COMMAND}. A networked `nox -s build` also vendors them once "
+            "(trust-on-first-use, recorded in stack.lock); `--locked` builds refuse until they are vendored."
+        )
+        notes = (note,)
+    headless = [
+        e.id for e in stack.patches if e.id in missing and e.origin.kind in ("commit", "compare") and not e.origin.head
+    ]
+    if headless:
+        notes += (f"{', '.join(headless)}: set origin.head in {stack.path.name} first (the commit is not known yet).",)
+    title = f"patch series ({len(stack.patches)} entries, pin {stack.ort.commit[:12]})"
+    return Section(title=title, columns=columns, rows=rows(stack, lock, settings.work_dir, platform), notes=notes)

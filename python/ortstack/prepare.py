@@ -1,0 +1,313 @@
+"""The prepared tree: the cached source plus the patch series, one git commit per patch.
+
+Built in a temporary directory next to its stable path (``<work>/prepared/<variant>``) and swapped
+in only when every patch applied and every guard held, so a failing run leaves the previous tree
+exactly as it was. A fingerprint (source commit, patch digests, platform) lets an unchanged tree
+be reused without rework. In the tree, ``git log`` shows the base and one commit per patch, so
+``git bisect`` works and commits made by hand can be exported back into the series.
+
+Checks come first: every file's sha256, diff syntax and paths before any git work; then, per patch,
+``git apply --check`` before applying. A patch that does not apply forward but reverse-applies is
+already in the tree (upstreamed) and skipped; otherwise ``git apply --3way`` merges it, using the
+full blob ids of the patch to find each pre-image. A 3-way check alone cannot see conflicts (git
+reports success), so the merge runs for real, in the temporary tree that a failure throws away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import stat
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from filelock import FileLock, Timeout
+
+from ortstack import _git, log, patchfile, series
+from ortstack.cache import remove_tree
+from ortstack.errors import LockBusyError, PatchError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from ortstack.config import PatchEntry, Stack
+    from ortstack.lockfile import Lock
+
+STATE_FILE = "ortstack-prepared.json"
+"""Kept inside the tree's ``.git`` folder, so it moves with the tree when it is swapped in."""
+FORMAT = 1
+State = Literal["applied", "upstreamed", "in-base", "skipped"]
+_FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
+_FAILED_FILE = re.compile(
+    r"^error: (.+?): (does not exist in index|already exists in index|No such file.*)$", re.MULTILINE
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    id: str
+    state: State
+    commit: str = ""
+    """The tree's commit for an applied patch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    path: Path
+    fingerprint: str
+    platform: str
+    base: str
+    """The commit holding the unpatched source."""
+    tip: str
+    """The last commit the series made; later commits were made by hand."""
+    outcomes: tuple[Outcome, ...]
+
+    def outcome(self, patch_id: str) -> Outcome | None:
+        return next((o for o in self.outcomes if o.id == patch_id), None)
+
+
+def tree_path(work_dir: Path, variant: str) -> Path:
+    return work_dir / "prepared" / variant
+
+
+def fingerprint(stack: Stack, verified: list[series.Verified], platform: str) -> str:
+    digests = {v.entry.id: v.sha256 for v in verified}
+    payload = {
+        "format": FORMAT,
+        "source": stack.ort.commit,
+        "platform": platform,
+        "series": [[e.id, e.mode, digests.get(e.id, "")] for e in stack.patches],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def read_state(tree: Path) -> Prepared | None:
+    state_file = tree / ".git" / STATE_FILE
+    if not state_file.is_file():
+        return None
+    raw: dict[str, Any] = json.loads(state_file.read_text(encoding="utf-8"))
+    if raw.get("format") != FORMAT:
+        return None
+    outcomes = tuple(Outcome(**o) for o in raw["outcomes"])
+    return Prepared(
+        path=tree,
+        fingerprint=raw["fingerprint"],
+        platform=raw["platform"],
+        base=raw["base"],
+        tip=raw["tip"],
+        outcomes=outcomes,
+    )
+
+
+def write_state(prepared: Prepared, tree: Path) -> None:
+    raw = {k: v for k, v in asdict(prepared).items() if k != "path"}
+    raw["format"] = FORMAT
+    (tree / ".git" / STATE_FILE).write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
+
+
+@contextmanager
+def locked(path: Path, *, wait: bool) -> Iterator[None]:
+    """Hold ``<path>.lock``; fail at once when ``wait`` is off and another run holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(f"{path}.lock", timeout=-1 if wait else 0)
+    try:
+        with lock:
+            yield
+    except Timeout:
+        msg = f"another ortstack run is preparing {path}"
+        raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
+
+
+def unsaved_work(tree: Path, state: Prepared, env: Mapping[str, str]) -> str:
+    """Describe edits in ``tree`` that a rebuild would throw away; empty when there are none."""
+    changes = _git.out(["status", "--porcelain"], cwd=tree, env=env)
+    if changes:
+        return f"uncommitted changes ({len(changes.splitlines())} paths)"
+    commits = _git.out(["rev-list", "--count", f"{state.tip}..HEAD"], cwd=tree, env=env)
+    if commits != "0":
+        return f"{commits} commit(s) made after the series"
+    return ""
+
+
+def check_guards(stack: Stack, tree: Path, platform: str) -> None:
+    """Every guard of an entry for this platform must hold in ``tree``."""
+    for entry in stack.patches:
+        if entry.guard is None or not series.applies_on(entry, platform):
+            continue
+        missing = [name for name in entry.guard.files if not (tree / name).is_file()]
+        if missing:
+            msg = f"guard of patch {entry.id} failed: {', '.join(missing)} missing from the prepared tree"
+            raise PatchError(msg, tip=_guard_tip(entry))
+        texts = [(tree / name).read_text(encoding="utf-8", errors="replace") for name in entry.guard.files]
+        for pattern in entry.guard.patterns:
+            if not any(re.search(pattern, text, flags=re.MULTILINE) for text in texts):
+                where = ", ".join(entry.guard.files)
+                msg = f"guard of patch {entry.id} failed: /{pattern}/ not found in {where}"
+                raise PatchError(msg, tip=_guard_tip(entry))
+
+
+def _guard_tip(entry: PatchEntry) -> str:
+    if entry.mode == "in-base":
+        return f"the pinned source lacks {entry.id}: move the pin to a commit that has it, or vendor it as a patch"
+    return f"the patch no longer makes the change its guard expects: refresh {entry.id} or fix its guard"
+
+
+def _copy_writable(source: str, destination: str) -> None:
+    # The cached source is read-only; the prepared tree is for editing.
+    shutil.copy2(source, destination)
+    Path(destination).chmod(stat.S_IMODE(Path(destination).stat().st_mode) | stat.S_IWUSR)
+
+
+def _copy_source(source: Path, destination: Path) -> None:
+    shutil.copytree(
+        source,
+        destination,
+        symlinks=True,
+        dirs_exist_ok=True,
+        copy_function=_copy_writable,
+        ignore=lambda folder, _names: [".git"] if Path(folder) == source else [],
+    )
+
+
+def _commit(tree: Path, message: str, env: Mapping[str, str], *, author: str = "", date: str = "") -> str:
+    message_file = tree / ".git" / "ORTSTACK_MESSAGE"
+    message_file.write_text(message, encoding="utf-8")
+    commit_env = _git.environment(env, author=author, date=date)
+    _git.git(["commit", "-q", "--no-verify", "-F", str(message_file)], cwd=tree, env=commit_env, capture=True)
+    message_file.unlink()
+    return _git.out(["rev-parse", "HEAD"], cwd=tree, env=env)
+
+
+def _conflict(patch: series.Verified, check_output: str, conflicted: list[str]) -> PatchError:
+    failures = [
+        (path, patchfile.hunk_at(patch.hunks, path, int(line))) for path, line in _FAILED_AT.findall(check_output)
+    ]
+    failures += [(path, reason) for path, reason in _FAILED_FILE.findall(check_output)]
+    if conflicted:
+        failures = [f for f in failures if f[0] in conflicted] or [(path, "conflicting hunks") for path in conflicted]
+    where = "; ".join(f"{path}: {hunk}" for path, hunk in failures) or check_output.strip() or "unknown reason"
+    msg = f"patch {patch.name} ({patch.entry.id}) does not apply: {where}"
+    tip = (
+        f"the source moved under the patch: refresh it ({series.REFRESH_COMMAND}), or fix it by hand in a "
+        "prepared tree and run `ortstack patch --export`; the previous prepared tree is untouched"
+    )
+    return PatchError(msg, tip=tip)
+
+
+def apply_one(tree: Path, patch: series.Verified, env: Mapping[str, str]) -> Outcome:
+    """Check, then apply one patch as one commit; detect a change that is already in the tree."""
+    apply = ["apply", "--whitespace=nowarn"]
+    check = _git.git([*apply, "--check", str(patch.path)], cwd=tree, env=env, capture=True, check=False)
+    if check.returncode == 0:
+        _git.git([*apply, "--index", str(patch.path)], cwd=tree, env=env, capture=True)
+    else:
+        reverse = [*apply, "--reverse", "--check", str(patch.path)]
+        if _git.git(reverse, cwd=tree, env=env, capture=True, check=False).returncode == 0:
+            return Outcome(id=patch.entry.id, state="upstreamed")
+        # Full blob ids let git find each pre-image and merge: a patch repeating an earlier one merges cleanly.
+        merge = _git.git([*apply, "--3way", "--index", str(patch.path)], cwd=tree, env=env, capture=True, check=False)
+        if merge.returncode != 0:
+            unmerged = _git.out(["diff", "--name-only", "--diff-filter=U"], cwd=tree, env=env).splitlines()
+            raise _conflict(patch, check.stderr + merge.stderr, unmerged)
+        log.info(f"{patch.name}: applied with a 3-way merge")
+    if _git.git(["diff", "--cached", "--quiet"], cwd=tree, env=env, capture=True, check=False).returncode == 0:
+        return Outcome(id=patch.entry.id, state="upstreamed")
+    header = patch.patch.header
+    subject = header.subject or patch.entry.description.split("\n")[0] or patch.entry.id
+    message = patchfile.Header(subject=subject, why=header.why, fields=header.fields).message()
+    commit = _commit(tree, message, env, author=header.author, date=header.date)
+    return Outcome(id=patch.entry.id, state="applied", commit=commit)
+
+
+def _build(
+    stack: Stack, *, source: Path, tree: Path, verified: list[series.Verified], platform: str, env: Mapping[str, str]
+) -> tuple[str, list[Outcome]]:
+    with log.step(f"copying the source into {tree.name}"):
+        _copy_source(source, tree)
+    _git.git(["init", "-q"], cwd=tree, env=env, capture=True)
+    _git.git(["add", "--all", "--force", "."], cwd=tree, env=env, capture=True)
+    base = _commit(tree, f"onnxruntime {stack.ort.commit}\n\nThe pinned source, unpatched.\n", env)
+    by_id = {v.entry.id: v for v in verified}
+    outcomes: list[Outcome] = []
+    for entry in stack.patches:
+        if not series.applies_on(entry, platform):
+            log.info(f"{entry.id}: skipped on {platform} (platforms = {list(entry.platforms)})")
+            outcomes.append(Outcome(id=entry.id, state="skipped"))
+        elif entry.mode == "in-base":
+            outcomes.append(Outcome(id=entry.id, state="in-base"))
+        else:
+            outcome = apply_one(tree, by_id[entry.id], env)
+            if outcome.state == "upstreamed":
+                log.loud(
+                    f"patch {entry.id} ({entry.file}) is upstreamed: its change is already in the tree, so it "
+                    f"was skipped.\nDrop it from {stack.path.name}, or keep it as an in-base entry with a guard."
+                )
+            else:
+                log.info(f"{entry.id}: applied as {outcome.commit[:12]}")
+            outcomes.append(outcome)
+    check_guards(stack, tree, platform)
+    return base, outcomes
+
+
+def _swap(new: Path, target: Path) -> None:
+    """Put ``new`` at ``target``; the old tree is moved aside first and removed only afterwards."""
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        remove_tree(old)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    if old.exists():
+        remove_tree(old)
+
+
+def prepare(
+    stack: Stack,
+    lock: Lock,
+    *,
+    source: Path,
+    target: Path,
+    platform: str,
+    env: Mapping[str, str],
+    wait: bool = True,
+    force: bool = False,
+) -> Prepared:
+    """Make ``target`` hold ``source`` with the series applied for ``platform``, reusing it if unchanged."""
+    verified = series.verify_series(stack, lock, platform)
+    wanted = fingerprint(stack, verified, platform)
+    with locked(target, wait=wait):
+        current = read_state(target)
+        if current is not None:
+            unsaved = unsaved_work(target, current, env)
+            if unsaved and not force:
+                msg = f"the prepared tree {target} has {unsaved}; rebuilding it would lose them"
+                tip = "export commits with `ortstack patch --export`, or pass --force to discard them"
+                raise PatchError(msg, tip=tip)
+            if not unsaved and current.fingerprint == wanted:
+                check_guards(stack, target, platform)
+                log.info(f"prepared tree {target} is up to date (fingerprint {wanted[:12]})")
+                return current
+        new = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.new-"))
+        try:
+            base, outcomes = _build(stack, source=source, tree=new, verified=verified, platform=platform, env=env)
+            tip = _git.out(["rev-parse", "HEAD"], cwd=new, env=env)
+            prepared = Prepared(
+                path=target,
+                fingerprint=wanted,
+                platform=platform,
+                base=base,
+                tip=tip,
+                outcomes=tuple(outcomes),
+            )
+            write_state(prepared, new)
+            _swap(new, target)
+        except BaseException:
+            if new.exists():
+                remove_tree(new)
+            raise
+    return prepared
