@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from filelock import FileLock, Timeout
 
-from ortstack import _git, log, patchfile, series
+from ortstack import _git, diskspace, log, patchfile, series
 from ortstack.cache import remove_tree
 from ortstack.errors import LockBusyError, PatchError
 
@@ -114,13 +114,19 @@ def write_state(prepared: Prepared, tree: Path) -> None:
 def locked(path: Path, *, wait: bool) -> Iterator[None]:
     """Hold ``<path>.lock``; fail at once when ``wait`` is off and another run holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(f"{path}.lock", timeout=-1 if wait else 0)
+    lock = FileLock(f"{path}.lock")
     try:
-        with lock:
-            yield
+        lock.acquire(timeout=0)
     except Timeout:
-        msg = f"another ortstack run is preparing {path}"
-        raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
+        if not wait:
+            msg = f"another ortstack run is preparing {path}"
+            raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
+        log.info(f"waiting for another ortstack run preparing {path} (lock {path}.lock)")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def unsaved_work(tree: Path, state: Prepared, env: Mapping[str, str]) -> str:
@@ -292,6 +298,9 @@ def prepare(
                 check_guards(stack, target, platform)
                 log.info(f"prepared tree {target} is up to date (fingerprint {wanted[:12]})")
                 return current
+        for leftover in target.parent.glob(f".{target.name}.new-*"):  # a killed run's half-made tree
+            remove_tree(leftover)
+        diskspace.check("patch", target.parent, env)
         new = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.new-"))
         try:
             base, outcomes = _build(stack, source=source, tree=new, verified=verified, platform=platform, env=env)
