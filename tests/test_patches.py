@@ -9,7 +9,7 @@ import pytest
 from filelock import FileLock
 
 from ortstack import _git, patchfile, prepare
-from ortstack.errors import LockBusyError, PatchError
+from ortstack.errors import DiskSpaceError, LockBusyError, PatchError
 from ortstack.lockfile import Lock
 from series_kit import (
     EMPTY_WEIGHTS,
@@ -171,7 +171,13 @@ def test_conflict_names_patch_file_and_hunk_and_keeps_previous_tree(
     assert "patch 0002-negative.patch (negative) does not apply" in message
     assert f"{MATMUL}: hunk #1 @@ -9,8 +9,8 @@ constexpr" in message
     assert snapshot(prepared.path) == before
-    assert sorted(p.name for p in prepared.path.parent.iterdir()) == ["webgpu", "webgpu.lock"]
+    assert sorted(p.name for p in prepared.path.parent.iterdir()) == ["webgpu", "webgpu.failed.json", "webgpu.lock"]
+    assert prepare.read_failure(prepared.path) == {
+        "fingerprint": prepare.fingerprint(stack, {e.id: e.sha256 for e in stack.patches}, "linux"),
+        "id": "negative",
+        "state": "conflicts",
+        "message": message,
+    }
 
 
 @pytest.mark.parametrize("damage", ["sha256", "hunk-header", "hunk-length", "outside"])
@@ -273,3 +279,16 @@ def test_a_busy_prepared_tree_fails_at_once_without_waiting(
             wait=False,
         )
     assert not target.exists()
+
+
+def test_too_little_disk_space_stops_before_copying(
+    upstream: Upstream, project: Project, source: Path, tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    first = run_prepare(project.write([]), source, tmp_path, base_env)
+    before = snapshot(first.path)
+    change = commit_edits(upstream, [EMPTY_WEIGHTS], "Accept empty packed weights", upstream.commit)
+    stack = project.write([project.entry("empty-weights", "0001-empty.patch", format_patch(upstream, change))])
+
+    with pytest.raises(DiskSpaceError, match=r"patch needs 1000000\.0 GiB free under"):
+        run_prepare(stack, source, tmp_path, {**base_env, "ORTSTACK_MIN_FREE_GIB_PATCH": "1e6"})
+    assert snapshot(first.path) == before

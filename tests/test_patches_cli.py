@@ -68,6 +68,12 @@ def test_patch_verb_fetches_prepares_and_fails_with_one_line(
     assert f"0003-negative.patch (negative) does not apply: {MATMUL}: hunk #1 @@" in line
     assert snapshot(tree) == before
 
+    status = run_ortstack("status", *dirs(project, tmp_path))
+    cells = {row[0]: row for row in table_rows(status.stderr)}
+    assert cells["negative"][2:4] == ["vendored", "CONFLICTS"]
+    assert cells["empty-weights"][3] == "applies"  # it applied before the run stopped
+    assert "the last `ortstack patch` stopped: patch 0003-negative.patch" in " ".join(status.stderr.split())
+
 
 def test_locked_build_refuses_to_vendor(
     upstream: Upstream, project: Project, tmp_path: Path, run_ortstack: RunOrtstack
@@ -111,4 +117,30 @@ def test_default_stack_status_names_every_mission_entry(tmp_path: Path, run_orts
 def table_rows(output: str) -> list[list[str]]:
     return [
         [cell.strip() for cell in line.strip("│ ").split("│")] for line in output.splitlines() if line.startswith("│")
+    ]
+
+
+def test_export_from_the_command_line(
+    upstream: Upstream, project: Project, tmp_path: Path, run_ortstack: RunOrtstack, base_env: dict[str, str]
+) -> None:
+    change = commit_edits(upstream, [EMPTY_WEIGHTS], "Accept empty packed weights", upstream.commit)
+    project.write([project.entry("empty-weights", "0001-empty-weights.patch", format_patch(upstream, change))])
+    assert run_ortstack("patch", *dirs(project, tmp_path)).returncode == 0
+    tree = tmp_path / "work" / "prepared" / "default"
+    (tree / "NOTES.md").write_text("carried notes\n")
+    _git.git(["add", "NOTES.md"], cwd=tree, env=base_env)
+    _git.git(["commit", "-q", "-m", "Add notes"], cwd=tree, env=_git.environment(base_env))
+
+    unsaved = one_error(run_ortstack("patch", *dirs(project, tmp_path)), 5)
+    assert "has 1 commit(s) made after the series; rebuilding it would lose them" in unsaved
+
+    result = run_ortstack("patch", "--export", *dirs(project, tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert (project.root / "patches" / "0002-add-notes.patch").is_file()
+    rebuilt = run_ortstack("patch", *dirs(project, tmp_path))
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert (tree / "NOTES.md").read_text() == "carried notes\n"
+    assert _git.out(["log", "--format=%s"], cwd=tree, env=base_env).splitlines()[:2] == [
+        "Add notes",
+        "Accept empty packed weights",
     ]

@@ -267,3 +267,51 @@ def test_one_failing_entry_does_not_lose_the_others(
     edited.write_bytes(edited.read_bytes().replace(b"Forwarded: not-needed", b"Forwarded: yes"))
     assert refresh_cli(project, tmp_path, "--rehash") == 0
     assert pinned(project)[0]["sha256"] == patchfile.sha256_hex(edited.read_bytes())
+
+
+def test_a_diff_without_full_blob_ids_is_refused(
+    upstream: Upstream, project: Project, github: str, tmp_path: Path
+) -> None:
+    head = commit_edits(upstream, [EMPTY_WEIGHTS], "Empty weights", upstream.commit)
+    git_out(upstream, "push", "--quiet", upstream.url, f"{head}:refs/pull/601/head")
+    # A server that ignores full_index=1 and answers with short blob ids.
+    upstream.server.add(
+        "/microsoft/onnxruntime/pull/601.diff", git_out(upstream, "diff", f"{upstream.commit}...{head}").encode()
+    )
+    project.write([pr_entry(github, 601, "empty-weights", "0001-empty-weights.patch")])
+
+    assert refresh_cli(project, tmp_path) == 5
+    assert not (project.root / "patches").exists()
+    assert refresh_cli(project, tmp_path, "--via", "git") == 0
+
+
+def test_first_networked_patch_run_vendors_loudly_and_locks(
+    upstream: Upstream,
+    project: Project,
+    github: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    base_env: dict[str, str],
+) -> None:
+    head = commit_edits(upstream, [EMPTY_WEIGHTS], "Empty weights", upstream.commit)
+    git_out(upstream, "push", "--quiet", upstream.url, f"{head}:refs/pull/701/head")
+    project.write([pr_entry(github, 701, "empty-weights", "0001-empty-weights.patch")])
+    stack_text = project.stack_file.read_text()
+    dirs = ["--stack", str(project.stack_file), "--cache-dir", str(tmp_path / "c"), "--work-dir", str(tmp_path / "w")]
+
+    assert cli.main(["patch", "--platform", "linux", *dirs]) == 0
+
+    err = " ".join(capsys.readouterr().err.split())
+    assert "patch empty-weights is not vendored: downloading it once from" in err
+    assert "trust on first use: sha256 of patches/0001-empty-weights.patch" in err
+    lock = Lock.load(project.stack_file.with_suffix(".lock"))
+    data = (project.root / "patches" / "0001-empty-weights.patch").read_bytes()
+    assert lock.values == {"patch.empty-weights.head": head, "patch.empty-weights.sha256": patchfile.sha256_hex(data)}
+    assert project.stack_file.read_text() == stack_text
+    tree = tmp_path / "w" / "prepared" / "default"
+    assert _git.out(["log", "-1", "--format=%s"], cwd=tree, env=base_env) == "empty-weights"
+
+    # Later runs, --locked ones too, use the vendored file and download nothing.
+    upstream.server.reset_counts()
+    assert cli.main(["patch", "--platform", "linux", "--locked", *dirs]) == 0
+    assert upstream.server.requests() == 0

@@ -254,6 +254,18 @@ def _validate(reader: _Reader, stack: Stack) -> None:
         _validate_patch(reader, patch, ("patch", index))
 
 
+def _validate_mode(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
+    if patch.mode == "in-base":
+        if patch.guard is None:
+            raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
+    elif not patch.file:
+        number = int(where[-1]) + 1 if isinstance(where[-1], int) else 1
+        tip = f'add file = "patches/{number:04d}-{patch.id}.patch" (refresh-patches vendors it there)'
+        raise reader.fail(where, "a patch entry needs its file under patches/", tip=tip)
+    elif PurePosixPath(patch.file).parent != PurePosixPath("patches"):
+        raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
+
+
 def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
     _check_hex(reader, patch.sha256, HEX64, (*where, "sha256"), "64-hex sha256")
     if not SHORT_OR_FULL_COMMIT.fullmatch(patch.origin.head):
@@ -264,11 +276,7 @@ def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, 
         if platform not in PLATFORMS:
             tip = _suggest(platform, list(PLATFORMS))
             raise reader.fail((*where, "platforms"), f"unknown platform {platform!r}", tip=tip)
-    if patch.mode == "in-base":
-        if patch.guard is None:
-            raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
-    elif patch.file and PurePosixPath(patch.file).parent != PurePosixPath("patches"):
-        raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
+    _validate_mode(reader, patch, where)
     if patch.origin.kind == "pr" and not patch.origin.pr:
         raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)")
     if patch.origin.kind != "local" and not patch.origin.repository:

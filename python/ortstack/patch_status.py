@@ -6,10 +6,9 @@ left in a prepared tree, and says what to run when something is missing.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
-from ortstack import prepare, series
+from ortstack import patchfile, prepare, series
 from ortstack.errors import PatchError
 from ortstack.lockfile import Lock
 from ortstack.status import Section
@@ -57,58 +56,66 @@ def _vendored(stack: Stack, entry: PatchEntry, lock: Lock) -> str:
     return "vendored"
 
 
-def _guard(stack: Stack, entry: PatchEntry, tree: Path | None, platform: str) -> str:
-    if entry.guard is None:
-        return "-"
-    if not series.applies_on(entry, platform):
+def _guard(entry: PatchEntry, tree: Path | None, platform: str) -> str:
+    if entry.guard is None or not series.applies_on(entry, platform):
         return "-"
     if tree is None:
         return "not checked"
-    single = dataclasses.replace(stack, patches=(entry,))
-    try:
-        prepare.check_guards(single, tree, platform)
-    except PatchError:
-        return "GUARD FAILED"
-    return "guard ok"
+    return "GUARD FAILED" if prepare.guard_failure(entry, tree) else "guard ok"
 
 
-def _prepared(stack: Stack, work_dir: Path) -> prepare.Prepared | None:
-    names = [v.name for v in stack.variants] or ["default"]
-    for name in names:
-        state = prepare.read_state(prepare.tree_path(work_dir, name))
-        if state is not None:
-            return state
-    return None
+def _fingerprint_now(stack: Stack, platform: str) -> str:
+    """The fingerprint a run would compute from the files as they are (without verifying them)."""
+    digests = {
+        e.id: patchfile.sha256_hex(series.patch_path(stack, e).read_bytes())
+        for e in stack.patches
+        if e.mode == "apply" and series.is_vendored(stack, e)
+    }
+    return prepare.fingerprint(stack, digests, platform)
+
+
+def _last_run(stack: Stack, work_dir: Path, platform: str) -> tuple[prepare.Prepared | None, dict[str, str] | None]:
+    """The prepared tree and the failure record that match the series as it is now, if any."""
+    now = _fingerprint_now(stack, platform)
+    for name in [v.name for v in stack.variants] or ["default"]:
+        target = prepare.tree_path(work_dir, name)
+        failure = prepare.read_failure(target)
+        if failure is not None and failure["fingerprint"] == now:
+            return None, failure
+        state = prepare.read_state(target)
+        if state is not None and state.fingerprint == now:
+            return state, None
+    return None, None
+
+
+def _after(stack: Stack, failed_id: str, entry: PatchEntry) -> bool:
+    ids = [e.id for e in stack.patches]
+    return ids.index(entry.id) > ids.index(failed_id)
 
 
 def rows(stack: Stack, lock: Lock, work_dir: Path, platform: str) -> list[list[str]]:
     """One row per entry: id, origin, vendored, state on ``platform``, guard, platforms."""
-    state = _prepared(stack, work_dir)
-    if state is not None and state.platform != platform:
-        state = None
+    state, failure = _last_run(stack, work_dir, platform)
     table: list[list[str]] = []
     for entry in stack.patches:
         outcome = state.outcome(entry.id) if state is not None else None
         if not series.applies_on(entry, platform):
             result = f"skipped on {platform}"
+        elif failure is not None and failure["id"] == entry.id:
+            result = failure["state"].upper()
         elif outcome is not None:
             result = _OUTCOME_TEXT[outcome.state]
         elif entry.mode == "in-base":
             result = "in base (not checked: run ortstack patch)"
         else:
             result = "not applied yet (run ortstack patch)"
+            if failure is not None:
+                stopped_before = failure["state"] == "conflicts" and _after(stack, failure["id"], entry)
+                result = "not reached (the run stopped earlier)" if stopped_before else "applies"
         tree = state.path if state is not None else None
         platforms = ", ".join(entry.platforms) or "all"
-        table.append(
-            [
-                entry.id,
-                _origin(entry, lock),
-                _vendored(stack, entry, lock),
-                result,
-                _guard(stack, entry, tree, platform),
-                platforms,
-            ]
-        )
+        row = [entry.id, _origin(entry, lock), _vendored(stack, entry, lock), result, _guard(entry, tree, platform)]
+        table.append([*row, platforms])
     return table
 
 
@@ -134,5 +141,8 @@ def section(context: StatusContext) -> Section | None:
     ]
     if headless:
         notes += (f"{', '.join(headless)}: set origin.head in {stack.path.name} first (the commit is not known yet).",)
+    _, failure = _last_run(stack, settings.work_dir, platform)
+    if failure is not None:
+        notes += (f"the last `ortstack patch` stopped: {failure['message']}",)
     title = f"patch series ({len(stack.patches)} entries, pin {stack.ort.commit[:12]})"
     return Section(title=title, columns=columns, rows=rows(stack, lock, settings.work_dir, platform), notes=notes)

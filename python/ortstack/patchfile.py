@@ -207,6 +207,18 @@ def validate(patch: PatchFile, name: str) -> PatchSet:
     return parsed
 
 
+def abbreviated_blob_ids(diff: str) -> list[str]:
+    """Files whose ``index`` line has short blob ids (``git apply --3way`` needs full ones)."""
+    found = []
+    path = ""
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            path = line.rsplit(" b/", 1)[-1]
+        elif line.startswith("index ") and not re.match(r"^index [0-9a-f]{40}\.\.[0-9a-f]{40}\b", line):
+            found.append(path)
+    return found
+
+
 def hunk_at(parsed: PatchSet, path: str, line: int) -> str:
     """Describe the hunk of ``path`` that starts at old-file line ``line`` (git apply's report)."""
     for patched in parsed:

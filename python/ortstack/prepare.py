@@ -75,8 +75,8 @@ def tree_path(work_dir: Path, variant: str) -> Path:
     return work_dir / "prepared" / variant
 
 
-def fingerprint(stack: Stack, verified: list[series.Verified], platform: str) -> str:
-    digests = {v.entry.id: v.sha256 for v in verified}
+def fingerprint(stack: Stack, digests: Mapping[str, str], platform: str) -> str:
+    """Identifies what a prepared tree is made of: the pinned source, the series and its files' digests."""
     payload = {
         "format": FORMAT,
         "source": stack.ort.commit,
@@ -112,7 +112,7 @@ def write_state(prepared: Prepared, tree: Path) -> None:
 
 @contextmanager
 def locked(path: Path, *, wait: bool) -> Iterator[None]:
-    """Hold ``<path>.lock``; fail at once when ``wait`` is off and another run holds it."""
+    """Hold ``<path>.lock``; say so while waiting for another run, or fail at once when ``wait`` is off."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(f"{path}.lock")
     try:
@@ -121,7 +121,7 @@ def locked(path: Path, *, wait: bool) -> Iterator[None]:
         if not wait:
             msg = f"another ortstack run is preparing {path}"
             raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
-        log.info(f"waiting for another ortstack run preparing {path} (lock {path}.lock)")
+        log.info(f"waiting for another ortstack run preparing {path}")
         lock.acquire()
     try:
         yield
@@ -140,21 +140,25 @@ def unsaved_work(tree: Path, state: Prepared, env: Mapping[str, str]) -> str:
     return ""
 
 
+def guard_failure(entry: PatchEntry, tree: Path) -> str:
+    """Why ``entry``'s guard does not hold in ``tree``; empty when it holds."""
+    if entry.guard is None:
+        return ""
+    missing = [name for name in entry.guard.files if not (tree / name).is_file()]
+    if missing:
+        return f"guard of patch {entry.id} failed: {', '.join(missing)} missing from the prepared tree"
+    texts = [(tree / name).read_text(encoding="utf-8", errors="replace") for name in entry.guard.files]
+    for pattern in entry.guard.patterns:
+        if not any(re.search(pattern, text, flags=re.MULTILINE) for text in texts):
+            return f"guard of patch {entry.id} failed: /{pattern}/ not found in {', '.join(entry.guard.files)}"
+    return ""
+
+
 def check_guards(stack: Stack, tree: Path, platform: str) -> None:
     """Every guard of an entry for this platform must hold in ``tree``."""
     for entry in stack.patches:
-        if entry.guard is None or not series.applies_on(entry, platform):
-            continue
-        missing = [name for name in entry.guard.files if not (tree / name).is_file()]
-        if missing:
-            msg = f"guard of patch {entry.id} failed: {', '.join(missing)} missing from the prepared tree"
-            raise PatchError(msg, tip=_guard_tip(entry))
-        texts = [(tree / name).read_text(encoding="utf-8", errors="replace") for name in entry.guard.files]
-        for pattern in entry.guard.patterns:
-            if not any(re.search(pattern, text, flags=re.MULTILINE) for text in texts):
-                where = ", ".join(entry.guard.files)
-                msg = f"guard of patch {entry.id} failed: /{pattern}/ not found in {where}"
-                raise PatchError(msg, tip=_guard_tip(entry))
+        if series.applies_on(entry, platform) and (reason := guard_failure(entry, tree)):
+            raise PatchError(reason, tip=_guard_tip(entry))
 
 
 def _guard_tip(entry: PatchEntry) -> str:
@@ -231,7 +235,15 @@ def apply_one(tree: Path, patch: series.Verified, env: Mapping[str, str]) -> Out
 
 
 def _build(
-    stack: Stack, *, source: Path, tree: Path, verified: list[series.Verified], platform: str, env: Mapping[str, str]
+    stack: Stack,
+    *,
+    source: Path,
+    tree: Path,
+    target: Path,
+    wanted: str,
+    verified: list[series.Verified],
+    platform: str,
+    env: Mapping[str, str],
 ) -> tuple[str, list[Outcome]]:
     with log.step(f"copying the source into {tree.name}"):
         _copy_source(source, tree)
@@ -244,20 +256,45 @@ def _build(
         if not series.applies_on(entry, platform):
             log.info(f"{entry.id}: skipped on {platform} (platforms = {list(entry.platforms)})")
             outcomes.append(Outcome(id=entry.id, state="skipped"))
-        elif entry.mode == "in-base":
+            continue
+        if entry.mode == "in-base":
             outcomes.append(Outcome(id=entry.id, state="in-base"))
-        else:
+            continue
+        try:
             outcome = apply_one(tree, by_id[entry.id], env)
-            if outcome.state == "upstreamed":
-                log.loud(
-                    f"patch {entry.id} ({entry.file}) is upstreamed: its change is already in the tree, so it "
-                    f"was skipped.\nDrop it from {stack.path.name}, or keep it as an in-base entry with a guard."
-                )
-            else:
-                log.info(f"{entry.id}: applied as {outcome.commit[:12]}")
-            outcomes.append(outcome)
-    check_guards(stack, tree, platform)
+        except PatchError as exc:
+            raise _failed(target, wanted, entry, "conflicts", exc) from None
+        if outcome.state == "upstreamed":
+            log.loud(
+                f"patch {entry.id} ({entry.file}) is upstreamed: its change is already in the tree, so it "
+                f"was skipped.\nDrop it from {stack.path.name}, or keep it as an in-base entry with a guard."
+            )
+        else:
+            log.info(f"{entry.id}: applied as {outcome.commit[:12]}")
+        outcomes.append(outcome)
+    for entry in stack.patches:
+        if series.applies_on(entry, platform) and (reason := guard_failure(entry, tree)):
+            raise _failed(target, wanted, entry, "guard failed", PatchError(reason, tip=_guard_tip(entry)))
     return base, outcomes
+
+
+def failure_file(target: Path) -> Path:
+    """Where a failed run records which entry stopped it, for ``status``."""
+    return target.with_name(f"{target.name}.failed.json")
+
+
+def read_failure(target: Path) -> dict[str, str] | None:
+    path = failure_file(target)
+    if not path.is_file():
+        return None
+    record: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
+    return record
+
+
+def _failed(target: Path, wanted: str, entry: PatchEntry, state: str, error: PatchError) -> PatchError:
+    record = {"fingerprint": wanted, "id": entry.id, "state": state, "message": error.message}
+    failure_file(target).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return error
 
 
 def _swap(new: Path, target: Path) -> None:
@@ -285,7 +322,7 @@ def prepare(
 ) -> Prepared:
     """Make ``target`` hold ``source`` with the series applied for ``platform``, reusing it if unchanged."""
     verified = series.verify_series(stack, lock, platform)
-    wanted = fingerprint(stack, verified, platform)
+    wanted = fingerprint(stack, {v.entry.id: v.sha256 for v in verified}, platform)
     with locked(target, wait=wait):
         current = read_state(target)
         if current is not None:
@@ -298,12 +335,21 @@ def prepare(
                 check_guards(stack, target, platform)
                 log.info(f"prepared tree {target} is up to date (fingerprint {wanted[:12]})")
                 return current
-        for leftover in target.parent.glob(f".{target.name}.new-*"):  # a killed run's half-made tree
+        for leftover in target.parent.glob(f".{target.name}.*"):  # from a run that was killed
             remove_tree(leftover)
         diskspace.check("patch", target.parent, env)
         new = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.new-"))
         try:
-            base, outcomes = _build(stack, source=source, tree=new, verified=verified, platform=platform, env=env)
+            base, outcomes = _build(
+                stack,
+                source=source,
+                tree=new,
+                target=target,
+                wanted=wanted,
+                verified=verified,
+                platform=platform,
+                env=env,
+            )
             tip = _git.out(["rev-parse", "HEAD"], cwd=new, env=env)
             prepared = Prepared(
                 path=target,
@@ -315,6 +361,7 @@ def prepare(
             )
             write_state(prepared, new)
             _swap(new, target)
+            failure_file(target).unlink(missing_ok=True)
         except BaseException:
             if new.exists():
                 remove_tree(new)

@@ -178,6 +178,10 @@ def download(
         fetched = fetch_by_git(entry.origin, head, update=update, env=env, cache_dir=cache_dir)
     else:
         fetched = fetch_by_http(entry.origin, head, update=update, env=env, cwd=stack.root)
+    short = patchfile.abbreviated_blob_ids(fetched.diff)
+    if short:
+        msg = f"the diff of {entry.id} has abbreviated blob ids ({', '.join(short[:3])}), so it could not merge 3-way"
+        raise FetchError(msg, tip="refresh with --via git, which always writes full blob ids")
     path = series.patch_path(stack, entry)
     previous = patchfile.split(path.read_text(encoding="utf-8"), path.name) if path.is_file() else None
     text = render(entry, fetched, previous)
