@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 PACKAGES = Path(__file__).parent / "packages"
 ARCHIVE_PREFIX = "/microsoft/onnxruntime/archive"
 MINI_DEP_PATH = "/deps/mini_dep-1.0.zip"
+MINI_DAWN_PATH = "/deps/mini_dawn-1.0.zip"
 
 # A fixed identity and clock, and no user or system git config: commit ids depend on content only.
 GIT_ENV_FIXED = {
@@ -377,7 +378,14 @@ def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str])
     mini_dep = deterministic_zip(PACKAGES / "mini_dep", "mini_dep-1.0")
     mini_dep_sha1 = hashlib.sha1(mini_dep).hexdigest()
     mini_dep_url = server.add(MINI_DEP_PATH, mini_dep)
-    work = render_package("mini_ort", root / "work", {"DEPS_BASE_URL": server.url, "MINI_DEP_SHA1": mini_dep_sha1})
+    mini_dawn = deterministic_zip(PACKAGES / "mini_dawn", "mini_dawn-1.0")
+    server.add(MINI_DAWN_PATH, mini_dawn)
+    tokens = {
+        "DEPS_BASE_URL": server.url,
+        "MINI_DEP_SHA1": mini_dep_sha1,
+        "MINI_DAWN_SHA1": hashlib.sha1(mini_dawn).hexdigest(),
+    }
+    work = render_package("mini_ort", root / "work", tokens)
     git("init", "--quiet", "-b", "main", cwd=work, env=env)
     git("add", "-A", cwd=work, env=env)
     git("commit", "--quiet", "-m", "mini_ort 1.31.0", cwd=work, env=env)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import subprocess
+import sys
+import threading
 from typing import TYPE_CHECKING, Literal, overload
 
 from ortstack import log
@@ -40,6 +43,7 @@ def run(
     check: bool = ...,
     quiet: bool = ...,
     timeout: float | None = ...,
+    log_file: Path | None = ...,
 ) -> subprocess.CompletedProcess[None]: ...
 
 
@@ -65,15 +69,19 @@ def run(
     check: bool = True,
     quiet: bool = False,
     timeout: float | None = None,
+    log_file: Path | None = None,
 ) -> subprocess.CompletedProcess[str] | subprocess.CompletedProcess[None]:
     """Run ``argv`` without a shell.
 
-    ``capture=True`` returns text stdout/stderr; otherwise output streams to the terminal.
+    ``capture=True`` returns text stdout/stderr; otherwise output streams to the terminal, and with
+    ``log_file`` also (stdout and stderr together) into that file.
     ``CalledProcessError`` propagates: callers turn it into the error of their stage.
     """
     args = _resolve(argv, env)
     if not quiet:
         log.command(shlex.join([os.fspath(a) for a in argv]), cwd=cwd)
+    if log_file is not None and not capture:
+        return _run_logged(args, cwd=cwd, env=env, check=check, quiet=quiet, log_file=log_file)
     return subprocess.run(  # noqa: S603 - argv list, no shell
         args,
         cwd=cwd,
@@ -83,3 +91,39 @@ def run(
         capture_output=capture,
         timeout=timeout,
     )
+
+
+def _run_logged(
+    args: list[str], *, cwd: Path | None, env: Mapping[str, str] | None, check: bool, quiet: bool, log_file: Path
+) -> subprocess.CompletedProcess[None]:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        log_file.open("w", encoding="utf-8") as sink,
+        subprocess.Popen(  # noqa: S603 - argv list, no shell
+            args,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        ) as process,
+    ):
+
+        def pump() -> None:
+            assert process.stdout is not None  # set by stdout=PIPE
+            with contextlib.suppress(ValueError, OSError):  # the pipe or the log closed under us
+                for line in process.stdout:
+                    sink.write(line)
+                    if not quiet:
+                        sys.stderr.write(line)
+
+        # A daemon the command starts (a compiler-cache server) can keep the pipe open long after the
+        # command exits: wait for the command, not for the end of its output.
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        returncode = process.wait()
+        reader.join(timeout=2)
+    if check and returncode:
+        raise subprocess.CalledProcessError(returncode, args)
+    return subprocess.CompletedProcess(args, returncode)

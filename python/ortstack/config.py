@@ -114,12 +114,33 @@ class Variant:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    """How wheels are compiled (``[build]``); the environment may override the cache backend."""
+
+    compiler_cache: Literal["auto", "ccache", "sccache", "none"] = "auto"
+    """``auto`` takes sccache, then ccache, whichever is on PATH; ``none`` compiles without a cache."""
+    sccache_redis: str = ""
+    """A shared sccache backend: Redis URL (``redis://host:6379``); env ``SCCACHE_REDIS_ENDPOINT`` wins."""
+    sccache_bucket: str = ""
+    """A shared sccache backend: ``s3://bucket`` or ``gs://bucket``; env ``SCCACHE_BUCKET`` wins."""
+    jobs: int = 0
+    """Parallel compile jobs; 0 picks cores, capped by memory (``memory_per_job_mb``)."""
+    memory_per_job_mb: int = 2048
+    """Memory one compile job needs; onnxruntime's heavy files need about 2 GB."""
+    system_libraries: bool = False
+    """Let cmake's FetchContent take installed libraries (``FETCHCONTENT_TRY_FIND_PACKAGE_MODE``)."""
+    build_type: Literal["Release", "RelWithDebInfo", "Debug", "MinSizeRel"] = "Release"
+    """``CMAKE_BUILD_TYPE`` for onnxruntime."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stack:
     """Everything ``stack.toml`` says, plus where it was read from."""
 
     ort: OrtPin
     patches: tuple[PatchEntry, ...] = ()
     variants: tuple[Variant, ...] = ()
+    build: BuildOptions = field(default_factory=BuildOptions)
     path: Path = Path("stack.toml")
     """The file this was read from; patch files resolve relative to its folder."""
 
@@ -296,7 +317,7 @@ def load(path: Path) -> Stack:
         msg = f"{path}: not valid TOML: {exc}"
         raise ConfigError(msg) from None
     reader = _Reader(path=path, text=text)
-    allowed = ["ort", "patch", "variant"]
+    allowed = ["ort", "patch", "variant", "build"]
     for key in data:
         if key not in allowed:
             raise reader.fail((key,), "unknown table", tip=_suggest(key, allowed))
@@ -311,6 +332,7 @@ def load(path: Path) -> Stack:
     if not isinstance(raw_variants, dict):
         raise reader.fail(("variant",), "must be tables ([variant.NAME])")
     variants = tuple(reader.build(Variant, raw, ("variant", name), name=name) for name, raw in raw_variants.items())
-    stack = Stack(ort=ort, patches=patches, variants=variants, path=path)
+    build = reader.build(BuildOptions, data.get("build", {}), ("build",))
+    stack = Stack(ort=ort, patches=patches, variants=variants, build=build, path=path)
     _validate(reader, stack)
     return stack

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import config, fetch, log
+from ortstack import config, deps, fetch, log
 
 if TYPE_CHECKING:
     import argparse
@@ -32,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="use this existing onnxruntime checkout instead; it must be at the pinned commit",
     )
+    parser.add_argument(
+        "--deps",
+        action="store_true",
+        help="also mirror every cmake/deps.txt entry (parallel, sha1-checked) for offline builds",
+    )
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
@@ -39,4 +44,8 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     with log.step("fetch onnxruntime source"):
         result = fetch.ensure_source(stack, settings, method=args.via, source_dir=args.source_dir)
     log.success(result.summary())
+    if args.deps:
+        with log.step("mirror cmake/deps.txt"):
+            mirrored = deps.mirror_for(settings, result.source_dir, stack)
+        log.success(mirrored)
     return 0

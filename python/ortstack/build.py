@@ -1,0 +1,321 @@
+"""Build one variant's wheel from its prepared tree: incremental, cached, with provenance.
+
+Order of work, cheapest first, so that nothing expensive starts before everything is known good:
+tools found -> variant validated against the pin -> fingerprint compared (a no-op returns here) ->
+deps mirror and Dawn checked -> project rendered -> ``pip wheel`` (scikit-build-core + cpp_ext) in
+the stable build dir -> contents checked -> auditwheel -> wheels moved into dist/.
+
+The build dir (``<work>/cmake/<variant>``) is kept between builds: onnxruntime's cmake configures
+again only when the variant's options change (cpp_ext makes the options file a configure
+dependency), and ninja recompiles only what a patch touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ortstack import __version__, _run, deps, log, prepare, series, toolchain, variants, wheel
+from ortstack.buildinfo import BuildInfo, PatchInfo
+from ortstack.errors import BuildError, FetchError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ortstack.config import Stack, Variant
+    from ortstack.settings import Settings
+
+STAMP = "ortstack-stamp.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    jobs: int | None = None
+    """Parallel jobs asked for on the command line (still capped by memory)."""
+    build_dir: Path | None = None
+    """Another build dir than ``<work>/cmake/<variant>``."""
+    allow_dawn_fetch: bool = False
+    """Let Dawn clone its third-party sources during configure (needs network)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    variant: str
+    wheels: tuple[Path, ...]
+    up_to_date: bool
+    seconds: float
+    log_file: Path | None = None
+
+
+def prepared_tree(settings: Settings, variant: Variant) -> tuple[Path, str]:
+    """The variant's prepared tree and its commit."""
+    tree = prepare.tree_path(settings.work_dir, variant.name)
+    try:
+        commit = _run.run(["git", "rev-parse", "HEAD"], cwd=tree, env=settings.env, capture=True, quiet=True)
+    except (subprocess.CalledProcessError, FileNotFoundError, NotADirectoryError):
+        msg = f"no prepared tree for variant {variant.name!r} at {tree}"
+        raise BuildError(msg, tip=f"run `ortstack patch --variant {variant.name}` first") from None
+    return tree, commit.stdout.strip()
+
+
+def applied_patches(stack: Stack, platform: str) -> tuple[PatchInfo, ...]:
+    """Patches that apply on ``platform``, with the sha256 of each vendored file."""
+    found = []
+    for entry in stack.patches:
+        if entry.mode != "apply" or (entry.platforms and platform not in entry.platforms):
+            continue
+        path = stack.root / entry.file
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else entry.sha256
+        found.append(PatchInfo(id=entry.id, sha256=digest))
+    return tuple(found)
+
+
+def _ort_options_file(options: dict[str, str]) -> bytes:
+    # An initial cache for `cmake -C`: bracket arguments need no escaping; FORCE so a changed value wins.
+    lines = ["# onnxruntime's cmake options for this variant, written by ortstack."]
+    lines += [f'set({name} [==[{value}]==] CACHE STRING "" FORCE)' for name, value in sorted(options.items())]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _last_compiler_error(log_file: Path) -> str:
+    """The line a person needs: the last compiler error, else cmake's error, else the last failed step."""
+    text = log_file.read_text(encoding="utf-8", errors="replace")
+    patterns = (
+        r"^.*:\d+:(?:\d+:)? (?:fatal )?error: .*$",  # gcc, clang
+        r"^.*\berror [A-Z]+\d+: .*$",  # MSVC
+        r"^\s*CMake Error.*\n.*\S.*$",  # cmake, with the line that says what
+        r"^\s*FAILED: .*$",  # ninja
+    )
+    for pattern in patterns:
+        matches = re.findall(pattern, text, flags=re.MULTILINE)
+        if matches:
+            return " ".join(str(matches[-1]).split())
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+def _tree_blobs(tree: Path, env: Mapping[str, str]) -> dict[str, str]:
+    listing = _run.run(["git", "ls-tree", "-r", "-z", "HEAD"], cwd=tree, env=env, capture=True, quiet=True).stdout
+    blobs = {}
+    for entry in filter(None, listing.split("\0")):
+        meta, _, path = entry.partition("\t")
+        blobs[path] = meta.split()[2]
+    return blobs
+
+
+def touch_changed_files(tree: Path, build_dir: Path, env: Mapping[str, str]) -> int:
+    """Give files whose content changed since the last build a fresh mtime; returns how many.
+
+    The prepared tree is rebuilt by copying with the source's mtimes, so a file whose patch was
+    dropped comes back with an mtime older than its object file, and ninja would keep the stale
+    object. Comparing git blob ids with the last build's finds every changed file.
+    """
+    record = build_dir / "ortstack-tree.json"
+    current = _tree_blobs(tree, env)
+    try:
+        previous: dict[str, str] = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        previous = {}
+    changed = [path for path, blob in current.items() if previous and previous.get(path) != blob]
+    now = time.time()
+    for path in changed:
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(tree / path, (now, now))
+    wheel.write_if_changed(record, json.dumps(current, sort_keys=True).encode())
+    return len(changed)
+
+
+def _fingerprint(parts: Mapping[str, object]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _stamped_wheels(build_dir: Path, fingerprint: str, dist: Path) -> tuple[Path, ...] | None:
+    """The wheels of the last build when it had this fingerprint and they are still in dist/ unchanged."""
+    try:
+        stamp = json.loads((build_dir / STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if stamp.get("fingerprint") != fingerprint:
+        return None
+    wheels = []
+    for name, digest in stamp.get("wheels", {}).items():
+        path = dist / name
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            return None
+        wheels.append(path)
+    return tuple(wheels) or None
+
+
+def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
+    start = datetime.now(UTC)
+    platform = series.host_platform()
+    tools = toolchain.detect(stack.build, settings.env)
+    tree, tree_commit = prepared_tree(settings, variant)
+    variant_defines = variants.validate(variant, platform, tree)
+    plan = variants.KINDS[variant.kind].wheel(variant, platform)
+    dependencies = deps.read(tree)
+    mirror = deps.mirror_path(settings)
+    build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
+    jobs = toolchain.parallel_jobs(stack.build, request.jobs)
+    ort_options = {
+        "CMAKE_BUILD_TYPE": stack.build.build_type,
+        "CMAKE_C_COMPILER": tools.c_compiler,
+        "CMAKE_CXX_COMPILER": tools.cxx_compiler,
+        "CMAKE_MAKE_PROGRAM": tools.ninja,
+        "Python_EXECUTABLE": sys.executable,
+        deps.MIRROR_DEFINE: mirror.as_posix(),
+        # Pinned, checksummed sources only, unless the user opts into installed libraries.
+        "FETCHCONTENT_TRY_FIND_PACKAGE_MODE": "OPT_IN" if stack.build.system_libraries else "NEVER",
+        **tools.launcher_defines(),
+        **variant_defines,
+    }
+    patches = applied_patches(stack, platform)
+    ort_version = (tree / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
+    provenance = {"tree": tree_commit, "options": variant_defines, "patches": [p.sha256 for p in patches]}
+    version = f"{ort_version}+stack.{_fingerprint(provenance)[:10]}"
+    template_root = wheel.project_template_root(settings.project_root)
+    fingerprint = _fingerprint(
+        {
+            "version": version,
+            "variant": dataclasses.asdict(variant),
+            "ort_options": ort_options,
+            "toolchain": [tools.compiler_version, tools.cmake_version, tools.cache],
+            "python": sys.version_info[:2],
+            "ortstack": __version__,
+            "project": [
+                hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted((template_root / "cpp_ext").rglob("*"))
+                if p.is_file() and "__pycache__" not in p.parts
+            ],
+            "template": hashlib.sha256((template_root / "pyproject.toml").read_bytes()).hexdigest(),
+        }
+    )
+    existing = _stamped_wheels(build_dir, fingerprint, settings.dist_dir)
+    if existing is not None:
+        seconds = (datetime.now(UTC) - start).total_seconds()
+        return BuildResult(variant=variant.name, wheels=existing, up_to_date=True, seconds=seconds)
+
+    _check_sources(dependencies, mirror, variant_defines, request)
+    info = BuildInfo(
+        ort_version=ort_version,
+        ort_commit=stack.ort.commit,
+        tree_commit=tree_commit,
+        dawn_revision=deps.dawn_revision(dependencies),
+        patches=patches,
+        variant=variant.name,
+        kind=variant.kind,
+        wheel_name=plan.name,
+        version=version,
+        cmake_options=ort_options,
+        compiler=tools.compiler_version,
+        platform=platform,
+        date=start.isoformat(timespec="seconds"),
+        ortstack_version=__version__,
+    )
+    staging = settings.work_dir / "project" / variant.name
+    package_files = wheel.render_project(
+        template_root,
+        staging,
+        plan,
+        version=version,
+        description=f"onnxruntime {ort_version} ({variant.name} variant), built by ortstack",
+        build_info=info.to_json(),
+    )
+    options_file = build_dir / "ort-options.cmake"
+    wheel.write_if_changed(options_file, _ort_options_file(ort_options))
+    defines = {
+        "ORTSTACK_ORT_SOURCE_DIR": tree.as_posix(),
+        "ORTSTACK_ORT_OPTIONS": options_file.as_posix(),
+        "ORTSTACK_KIND": variant.kind,
+        "ORTSTACK_PACKAGE": plan.package,
+        "ORTSTACK_LIBRARIES": ";".join(plan.libraries),
+        "ORTSTACK_PACKAGE_FILES": ";".join(p.as_posix() for p in package_files),
+        "ORTSTACK_JOBS": str(jobs),
+    }
+    log_file = settings.work_dir / "logs" / f"build-{variant.name}.log"
+    touch_changed_files(tree, build_dir, settings.env)
+    log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
+    env = {**settings.env, **tools.cache_env}
+    toolchain.start_cache_server(tools, env, log_file.with_name("sccache-server.log"))
+    landed = _compile(
+        settings,
+        variant=variant,
+        plan=plan,
+        staging=staging,
+        build_dir=build_dir,
+        defines=defines,
+        env=env,
+        log_file=log_file,
+    )
+    stamp = {"fingerprint": fingerprint, "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in landed}}
+    wheel.write_if_changed(build_dir / STAMP, json.dumps(stamp, indent=2).encode())
+    seconds = (datetime.now(UTC) - start).total_seconds()
+    return BuildResult(variant=variant.name, wheels=tuple(landed), up_to_date=False, seconds=seconds, log_file=log_file)
+
+
+def _compile(
+    settings: Settings,
+    *,
+    variant: Variant,
+    plan: variants.WheelPlan,
+    staging: Path,
+    build_dir: Path,
+    defines: dict[str, str],
+    env: dict[str, str],
+    log_file: Path,
+) -> list[Path]:
+    """``pip wheel`` the staging project into a temporary folder; dist/ changes only if all went well."""
+    with tempfile.TemporaryDirectory(prefix=f"ortstack-{variant.name}-", dir=settings.work_dir) as tmp:
+        raw_dir, repaired_dir = Path(tmp) / "raw", Path(tmp) / "repaired"
+        argv = [sys.executable, "-m", "pip", "wheel", str(staging), "--no-build-isolation", "--no-deps", "-v"]
+        argv += ["--wheel-dir", str(raw_dir), f"--config-settings=build-dir={build_dir.as_posix()}"]
+        argv += [f"--config-settings=cmake.define.{k}={v}" for k, v in defines.items()]
+        try:
+            _run.run(argv, env=env, log_file=log_file)
+        except subprocess.CalledProcessError:
+            msg = f"building variant {variant.name!r} failed: {_last_compiler_error(log_file)}"
+            raise BuildError(msg, tip=f"full log: {log_file}; wheels already in dist/ are untouched") from None
+        built = sorted(raw_dir.glob("*.whl"))
+        if len(built) != 1:
+            msg = f"expected one wheel from the build, got {len(built)} (log: {log_file})"
+            raise BuildError(msg)
+        wheel.check_contents(built[0], plan)
+        repaired = wheel.repair(built[0], repaired_dir, env)
+        return wheel.replace_in_dist([repaired], settings.dist_dir, plan.name)
+
+
+def _check_sources(
+    dependencies: list[deps.Dependency], mirror: Path, defines: dict[str, str], request: BuildRequest
+) -> None:
+    """Every deps.txt entry in the mirror, and Dawn able to configure without the network."""
+    missing = deps.missing_from_mirror(dependencies, mirror)
+    if missing:
+        names = ", ".join(d.name for d in missing)
+        msg = f"{len(missing)} deps.txt entries are not in the mirror {mirror}: {names}"
+        raise FetchError(msg, tip="run `ortstack fetch --deps` (needs network once)")
+    dawn = next((d for d in dependencies if d.name == "dawn"), None)
+    if dawn is None or request.allow_dawn_fetch or defines.get(deps.CUSTOM_DAWN_DEFINE):
+        return
+    absent = deps.dawn_third_party_missing(dawn.mirror_path(mirror))
+    if absent:
+        msg = (
+            f"Dawn clones its third-party sources while cmake configures (DAWN_FETCH_DEPENDENCIES), "
+            f"and these are not in its archive: {', '.join(absent)}"
+        )
+        tip = (
+            f"set {deps.CUSTOM_DAWN_DEFINE} in the variant's cmake_defines to a complete Dawn checkout, "
+            "or pass --allow-dawn-fetch on a machine with network"
+        )
+        raise FetchError(msg, tip=tip)

@@ -1,0 +1,43 @@
+"""``ortstack build``: wheels for the variants from their prepared trees (thin; the work is in ortstack.build)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ortstack import build, config, log
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ortstack.settings import Settings
+
+HELP = (
+    "Build the wheel of each variant (all by default) from its prepared tree: incremental in a stable "
+    "build dir, with ccache/sccache when present; a build with nothing changed returns the wheels in dist/ at once."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--variant", action="append", metavar="NAME", help="build only this variant (repeatable)")
+    parser.add_argument("-j", "--parallel", type=int, metavar="N", help="compile jobs (capped by memory and cores)")
+    parser.add_argument("--build-dir", type=Path, metavar="PATH", help="build dir instead of <work>/cmake/<variant>")
+    parser.add_argument(
+        "--allow-dawn-fetch",
+        action="store_true",
+        help="let Dawn clone its own third-party sources while configuring (needs network)",
+    )
+
+
+def main(args: argparse.Namespace, settings: Settings) -> int:
+    stack = config.load(settings.stack_file)
+    chosen = [stack.variant(name) for name in args.variant] if args.variant else list(stack.variants)
+    request = build.BuildRequest(jobs=args.parallel, build_dir=args.build_dir, allow_dawn_fetch=args.allow_dawn_fetch)
+    rows = []
+    for variant in chosen:
+        with log.step(f"build {variant.name}"):
+            result = build.build_variant(settings, stack, variant, request)
+        state = "up to date" if result.up_to_date else "built"
+        rows += [[variant.name, w.name, state, f"{result.seconds:.1f} s"] for w in result.wheels]
+    log.table("wheels", ["variant", "wheel", "state", "time"], rows)
+    return 0

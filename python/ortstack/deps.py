@@ -1,0 +1,171 @@
+"""onnxruntime's ``cmake/deps.txt``: read it at the pin, mirror every entry, check the mirror is whole.
+
+deps.txt has one dependency a line, ``name;url;sha1``, ``#`` starting a comment
+(microsoft/onnxruntime@0112dcfd6221ea75dccac96585881c81ae0a67ea:cmake/external/onnxruntime_external_deps.cmake).
+onnxruntime's cmake looks for each ``https://`` URL at ``<onnxruntime_CMAKE_DEPS_MIRROR_DIR>/<url
+without https://>`` before downloading it, so a mirror laid out that way makes the build offline.
+
+Dawn is the exception: unless ``onnxruntime_CUSTOM_DAWN_SRC_PATH`` names a complete Dawn tree, ORT
+forces ``DAWN_FETCH_DEPENDENCIES=ON`` and Dawn clones its own third-party sources while cmake
+configures. ``dawn_third_party_missing`` finds those before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from ortstack import fetch
+from ortstack.errors import ConfigError, FetchError
+
+if TYPE_CHECKING:
+    from ortstack.cache import Cache
+    from ortstack.config import Stack
+    from ortstack.settings import Settings
+
+DEPS_FILE = PurePosixPath("cmake/deps.txt")
+MIRROR_DEFINE = "onnxruntime_CMAKE_DEPS_MIRROR_DIR"
+CUSTOM_DAWN_DEFINE = "onnxruntime_CUSTOM_DAWN_SRC_PATH"
+HEX40 = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dependency:
+    name: str
+    url: str
+    sha1: str
+    line: int
+
+    def mirror_path(self, mirror: Path) -> Path:
+        """``<mirror>/<url without its scheme>``, the layout onnxruntime's cmake looks for."""
+        parts = urlsplit(self.url)
+        return mirror.joinpath(parts.netloc, *_segments(parts.path))
+
+
+def _segments(path: str) -> list[str]:
+    segments = [s for s in PurePosixPath(path).parts if s not in {"/", ""}]
+    if any(s == ".." for s in segments):
+        msg = f"refusing a deps.txt URL path that climbs out of the mirror: {path}"
+        raise ConfigError(msg)
+    return segments
+
+
+def parse(text: str, origin: str = "cmake/deps.txt") -> list[Dependency]:
+    """Every dependency in a deps.txt text; local-path entries (no URL scheme) are skipped."""
+    found: list[Dependency] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split(";")
+        if len(fields) < 2:  # noqa: PLR2004 - name and URL at least
+            msg = f"{origin}:{number}: expected name;url;sha1, got {line!r}"
+            raise ConfigError(msg)
+        name, url, sha1 = fields[0], fields[1], fields[2].lower() if len(fields) > 2 else ""  # noqa: PLR2004
+        if "://" not in url:
+            continue
+        if sha1 and not HEX40.fullmatch(sha1):
+            msg = f"{origin}:{number}: {name}: sha1 {sha1!r} is not 40 hex digits"
+            raise ConfigError(msg)
+        found.append(Dependency(name=name, url=url, sha1=sha1, line=number))
+    return found
+
+
+def read(tree: Path) -> list[Dependency]:
+    path = tree / DEPS_FILE
+    if not path.is_file():
+        msg = f"no {DEPS_FILE} in {tree}"
+        raise ConfigError(msg, tip="is this an onnxruntime tree? run `ortstack fetch` and `ortstack patch` first")
+    return parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def dawn_revision(dependencies: list[Dependency]) -> str:
+    """Dawn's deps.txt entry as ``url#sha1`` (empty when the pin has none)."""
+    for dependency in dependencies:
+        if dependency.name == "dawn":
+            return f"{dependency.url}#sha1={dependency.sha1}"
+    return ""
+
+
+def _fetch_one(dependency: Dependency, mirror: Path, cache: Cache) -> str:
+    target = dependency.mirror_path(mirror)
+    if target.is_file():
+        return "in mirror"
+    # The content-addressed cache verifies the sha1; the mirror only links to what it holds.
+    if not dependency.sha1:
+        msg = f"deps.txt entry {dependency.name} has no sha1 to verify {dependency.url} against"
+        raise FetchError(msg, tip="onnxruntime pins every dependency by sha1; check the deps.txt line")
+    cached = fetch.cached_download(cache, dependency.url, digest=dependency.sha1, algorithm="sha1")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(target.name + ".tmp")
+    staged.unlink(missing_ok=True)
+    try:
+        staged.hardlink_to(cached)
+    except OSError:  # another file system, or no hard links there
+        shutil.copyfile(cached, staged)
+    staged.replace(target)
+    return "downloaded"
+
+
+def mirror_all(dependencies: list[Dependency], mirror: Path, cache: Cache, *, jobs: int = 8) -> dict[str, str]:
+    """Put every dependency into ``mirror``, downloading in parallel; returns name -> what happened."""
+    mirror.mkdir(parents=True, exist_ok=True)
+    cache.ensure()
+    outcomes: dict[str, str] = {}
+    errors: list[str] = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(_fetch_one, dep, mirror, cache): dep for dep in dependencies}
+        for future, dependency in futures.items():
+            try:
+                outcomes[dependency.name] = future.result()
+            except FetchError as exc:
+                errors.append(exc.message)
+            except OSError as exc:
+                errors.append(f"{dependency.name}: {dependency.url}: {exc}")
+    if errors:
+        msg = f"{len(errors)} of {len(dependencies)} deps.txt entries failed: " + "; ".join(errors)
+        raise FetchError(msg, tip="run `ortstack fetch --deps` again; finished downloads are kept")
+    return outcomes
+
+
+def missing_from_mirror(dependencies: list[Dependency], mirror: Path) -> list[Dependency]:
+    """Entries that the mirror lacks (presence only: ``mirror_all`` verified them when they landed)."""
+    return [dep for dep in dependencies if not dep.mirror_path(mirror).is_file()]
+
+
+def dawn_third_party_missing(archive: Path) -> list[str]:
+    """Third-party folders Dawn's ``DEPS`` file lists that the Dawn archive does not contain.
+
+    With ``DAWN_FETCH_DEPENDENCIES=ON`` Dawn clones these during configure; listing them lets an
+    offline build stop before it starts instead of an hour in.
+    """
+    with zipfile.ZipFile(archive) as zipped:
+        names = zipped.namelist()
+        deps_files = [n for n in names if PurePosixPath(n).parts[1:] == ("DEPS",)]
+        if not deps_files:
+            return []
+        top = PurePosixPath(deps_files[0]).parts[0]
+        text = zipped.read(deps_files[0]).decode("utf-8", errors="replace")
+    present = {PurePosixPath(n).parts[1:3] for n in names if len(PurePosixPath(n).parts) > 2}  # noqa: PLR2004
+    wanted = sorted(set(re.findall(r"['\"](third_party/[\w.+-]+)['\"]\s*:", text)))
+    return [f"{top}/{path}" for path in wanted if tuple(PurePosixPath(path).parts) not in present]
+
+
+def mirror_path(settings: Settings) -> Path:
+    """Where the deps mirror lives: in the cache, shared by every build of every variant."""
+    return settings.cache_dir / "deps-mirror"
+
+
+def mirror_for(settings: Settings, source_dir: Path, stack: Stack) -> str:
+    """Mirror the deps.txt of the pin and of every prepared tree (a patch may change deps.txt)."""
+    trees = [source_dir] + [settings.work_dir / "prepared" / v.name for v in stack.variants]
+    wanted = {dep.url: dep for tree in trees if (tree / DEPS_FILE).is_file() for dep in read(tree)}
+    outcomes = mirror_all(list(wanted.values()), mirror_path(settings), fetch.cache_for(settings))
+    fetched = sum(1 for outcome in outcomes.values() if outcome == "downloaded")
+    return f"{len(outcomes)} deps.txt entries in {mirror_path(settings)} ({fetched} downloaded now)"

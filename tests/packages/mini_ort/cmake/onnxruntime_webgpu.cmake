@@ -1,0 +1,56 @@
+# mini_ort's WebGPU switches, shaped like onnxruntime's: the built-in EP inside the onnxruntime
+# library, or (onnxruntime_USE_EP_API_ADAPTERS) the plugin EP library onnxruntime_providers_webgpu;
+# Dawn (here mini_dawn, from deps.txt) linked statically or as the shared libwebgpu_dawn.
+option(onnxruntime_USE_EP_API_ADAPTERS "Build the WebGPU EP as a plugin EP library" OFF)
+option(onnxruntime_BUILD_DAWN_SHARED_LIBRARY "Build Dawn as the shared library webgpu_dawn" OFF)
+option(onnxruntime_USE_EXTERNAL_DAWN "Use a Dawn provided by the system" OFF)
+set(onnxruntime_CUSTOM_DAWN_SRC_PATH "" CACHE PATH "A complete Dawn source tree to build instead of the deps.txt archive")
+
+if(onnxruntime_BUILD_DAWN_SHARED_LIBRARY)
+  set(DAWN_BUILD_MONOLITHIC_LIBRARY SHARED CACHE STRING "" FORCE)
+  if(onnxruntime_USE_EXTERNAL_DAWN)
+    message(FATAL_ERROR "onnxruntime_USE_EXTERNAL_DAWN and onnxruntime_BUILD_DAWN_SHARED_LIBRARY cannot be enabled at the same time.")
+  endif()
+else()
+  set(DAWN_BUILD_MONOLITHIC_LIBRARY OFF CACHE STRING "" FORCE)
+endif()
+
+if(onnxruntime_USE_EXTERNAL_DAWN)
+  find_package(dawn REQUIRED)
+elseif(onnxruntime_CUSTOM_DAWN_SRC_PATH)
+  set(DAWN_FETCH_DEPENDENCIES OFF CACHE BOOL "" FORCE)
+  FetchContent_Declare(dawn SOURCE_DIR "${onnxruntime_CUSTOM_DAWN_SRC_PATH}")
+  FetchContent_MakeAvailable(dawn)
+else()
+  # mini_dawn has no third-party sources, so its own fetch stays off.
+  set(DAWN_FETCH_DEPENDENCIES OFF CACHE BOOL "" FORCE)
+  FetchContent_Declare(dawn URL ${DEP_URL_dawn} URL_HASH SHA1=${DEP_SHA1_dawn})
+  FetchContent_MakeAvailable(dawn)
+endif()
+
+if(onnxruntime_BUILD_DAWN_SHARED_LIBRARY)
+  set(onnxruntime_dawn_libs dawn::webgpu_dawn)
+else()
+  set(onnxruntime_dawn_libs dawn::dawn_native dawn::dawn_proc)
+endif()
+
+set(onnxruntime_webgpu_srcs "${ONNXRUNTIME_ROOT}/contrib_ops/webgpu/bert/paged_attention.cc")
+if(onnxruntime_USE_EP_API_ADAPTERS)
+  add_library(onnxruntime_providers_webgpu SHARED
+    "${ONNXRUNTIME_ROOT}/core/providers/webgpu/ep/plugin_ep.cc" ${onnxruntime_webgpu_srcs})
+  target_include_directories(onnxruntime_providers_webgpu PRIVATE "${ONNXRUNTIME_INCLUDE_DIR}" "${ONNXRUNTIME_ROOT}")
+  target_compile_definitions(onnxruntime_providers_webgpu PRIVATE ORT_VERSION="${ORT_VERSION}")
+  target_link_libraries(onnxruntime_providers_webgpu PRIVATE ${onnxruntime_dawn_libs})
+  # The plugin and its Dawn sit side by side in the wheel.
+  set_target_properties(onnxruntime_providers_webgpu PROPERTIES BUILD_RPATH "$ORIGIN" INSTALL_RPATH "$ORIGIN")
+  if(onnxruntime_BUILD_DAWN_SHARED_LIBRARY)
+    add_custom_command(TARGET onnxruntime_providers_webgpu POST_BUILD
+      COMMAND ${CMAKE_COMMAND} -E copy_if_different "$<TARGET_FILE:dawn::webgpu_dawn>" "$<TARGET_FILE_DIR:onnxruntime_providers_webgpu>"
+      VERBATIM)
+  endif()
+else()
+  target_sources(onnxruntime PRIVATE ${onnxruntime_webgpu_srcs} "${ONNXRUNTIME_ROOT}/core/providers/webgpu/dawn_info.cc")
+  target_compile_definitions(onnxruntime PRIVATE USE_WEBGPU=1)
+  target_link_libraries(onnxruntime PRIVATE ${onnxruntime_dawn_libs})
+  set_target_properties(onnxruntime PROPERTIES BUILD_RPATH "$ORIGIN" INSTALL_RPATH "$ORIGIN")
+endif()

@@ -1,0 +1,138 @@
+"""Variants are checked before any compile: defines per kind, rejections as the pin's cmake makes them."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ortstack import deps, variants
+from ortstack.config import Variant
+from ortstack.errors import ConfigError
+from upstream import PACKAGES
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+PLUGIN = Variant(name="plugin", kind="plugin", dawn="shared", min_onnxruntime="1.24.4")
+WEBGPU = Variant(name="webgpu", kind="webgpu", dawn="static")
+
+
+def test_builtin_webgpu_defines_and_wheel() -> None:
+    defines = variants.validate(WEBGPU, "linux", PACKAGES / "mini_ort")
+    assert defines["onnxruntime_USE_WEBGPU"] == "ON"
+    assert defines["onnxruntime_USE_EP_API_ADAPTERS"] == "OFF"
+    assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "OFF"
+    assert defines["onnxruntime_USE_TELEMETRY"] == "OFF"
+    plan = variants.KINDS["webgpu"].wheel(WEBGPU, "linux")
+    assert (plan.name, plan.package, plan.py_api) == ("onnxruntime-webgpu", "onnxruntime", "")
+    assert plan.libraries == ("libonnxruntime.so",)
+
+
+def test_plugin_defines_and_wheel() -> None:
+    defines = variants.validate(PLUGIN, "linux", PACKAGES / "mini_ort")
+    assert defines["onnxruntime_USE_EP_API_ADAPTERS"] == "ON"
+    assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "ON"
+    plan = variants.KINDS["plugin"].wheel(PLUGIN, "linux")
+    assert plan.name == "onnxruntime-ep-webgpu"
+    assert plan.dependencies == ("onnxruntime>=1.24.4",)
+    assert plan.libraries == ("libonnxruntime_providers_webgpu.so", "libwebgpu_dawn.so")
+
+
+def test_windows_wheels_carry_dxc_and_may_keep_telemetry() -> None:
+    plan = variants.KINDS["plugin"].wheel(PLUGIN, "windows")
+    assert plan.libraries == ("onnxruntime_providers_webgpu.dll", "webgpu_dawn.dll", "dxil.dll", "dxcompiler.dll")
+    telemetry = Variant(name="webgpu", kind="webgpu", telemetry=True)
+    assert variants.resolve_defines(telemetry, "windows")["onnxruntime_USE_TELEMETRY"] == "ON"
+    assert variants.resolve_defines(telemetry, "linux")["onnxruntime_USE_TELEMETRY"] == "OFF"
+
+
+def test_variant_defines_win_over_the_kind() -> None:
+    custom = Variant(name="webgpu", kind="webgpu", cmake_defines={"onnxruntime_USE_TELEMETRY": "ON"})
+    assert variants.resolve_defines(custom, "linux")["onnxruntime_USE_TELEMETRY"] == "ON"
+
+
+def test_external_and_shared_dawn_are_refused_before_compiling() -> None:
+    shared = {"onnxruntime_BUILD_DAWN_SHARED_LIBRARY": "ON"}
+    both = Variant(name="x", kind="webgpu", dawn="external", cmake_defines=shared)
+    with pytest.raises(ConfigError, match="onnxruntime_USE_EXTERNAL_DAWN and onnxruntime_BUILD_DAWN_SHARED_LIBRARY"):
+        variants.validate(both, "linux")
+
+
+def test_a_rejection_in_the_pinned_cmake_is_found(tmp_path: Path) -> None:
+    # A pin whose cmake refuses the plugin EP with a shared Dawn: the plugin variant must fail early.
+    cmake = tmp_path / "cmake"
+    cmake.mkdir()
+    (cmake / "CMakeLists.txt").write_text(
+        "if(onnxruntime_USE_EP_API_ADAPTERS)\n"
+        "  set(x 1)\n"
+        "  if(onnxruntime_BUILD_DAWN_SHARED_LIBRARY)\n"
+        '    message(FATAL_ERROR "the plugin EP needs Dawn linked statically")\n'
+        "  endif()\n"
+        "endif()\n"
+        "if((NOT onnxruntime_ENABLE_PYTHON) AND (NOT onnxruntime_USE_WEBGPU))\n"
+        '  message(FATAL_ERROR "negated: never reached by these variants")\n'
+        "endif()\n"
+        "if(onnxruntime_USE_WEBGPU)\n"
+        "endif()\n"
+        "if(onnxruntime_USE_EP_API_ADAPTERS)\n"
+        "else()\n"
+        '  message(FATAL_ERROR "else branch: not about both")\n'
+        "endif()\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match=r"CMakeLists.txt:4: the plugin EP needs Dawn linked statically"):
+        variants.validate(PLUGIN, "linux", tmp_path)
+    static_plugin = Variant(name="plugin", kind="plugin", dawn="static", min_onnxruntime="1.24.4")
+    assert variants.validate(static_plugin, "linux", tmp_path)["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "OFF"
+    assert variants.validate(WEBGPU, "linux", tmp_path)["onnxruntime_USE_WEBGPU"] == "ON"
+
+
+def test_the_miniature_pin_refuses_external_with_shared_dawn() -> None:
+    defines = {"onnxruntime_USE_EXTERNAL_DAWN": "ON", "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": "ON"}
+    found = variants.pin_conflicts(PACKAGES / "mini_ort", defines)
+    assert len(found) == 1
+    assert found[0].startswith("cmake/onnxruntime_webgpu.cmake:")
+
+
+@pytest.mark.parametrize(
+    ("variant", "message"),
+    [
+        (Variant(name="p", kind="plugin"), "needs min_onnxruntime"),
+        (Variant(name="p", kind="plugin", min_onnxruntime="one"), "is not a version"),
+        (Variant(name="w", kind="webgpu", min_onnxruntime="1.24"), "min_onnxruntime is for plugin variants"),
+    ],
+)
+def test_kind_rules(variant: Variant, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        variants.validate(variant, "linux")
+
+
+def test_deps_txt_parsing_and_mirror_layout(tmp_path: Path) -> None:
+    sha = "a" * 40
+    text = f"#name;url;sha1\nre2;https://github.com/google/re2/archive/x.zip;{sha}\nlocal;../third_party/x;{sha}\n"
+    found = deps.parse(text)
+    assert [d.name for d in found] == ["re2"]
+    assert found[0].mirror_path(tmp_path) == tmp_path / "github.com/google/re2/archive/x.zip"
+    assert deps.dawn_revision(found) == ""
+    with pytest.raises(ConfigError, match=r"deps\.txt:2: re2: sha1 'nothex' is not 40 hex digits"):
+        deps.parse("#\nre2;https://h/x.zip;nothex\n")
+
+
+def _dawn_zip(path: Path, files: dict[str, str]) -> Path:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(f"dawn-1/{name}", text)
+    path.write_bytes(buffer.getvalue())
+    return path
+
+
+def test_dawn_third_party_sources_missing_from_the_archive_are_named(tmp_path: Path) -> None:
+    deps_file = "deps = {\n  'third_party/abseil-cpp': {'url': 'x'},\n  'third_party/dxc': {'url': 'y'},\n}\n"
+    archive = _dawn_zip(tmp_path / "dawn.zip", {"DEPS": deps_file, "third_party/dxc/README": "present"})
+    assert deps.dawn_third_party_missing(archive) == ["dawn-1/third_party/abseil-cpp"]
+    without_deps = _dawn_zip(tmp_path / "plain.zip", {"src/dawn.cc": ""})
+    assert deps.dawn_third_party_missing(without_deps) == []
