@@ -30,7 +30,9 @@ FAULTS: dict[str, str] = {
     "patch-sigterm": "SIGTERM while applying the series: the last good prepared tree byte for byte the same",
     "patch-sigkill": "killed hard while applying the series: the next run removes the half-made tree",
     "patch-two-runs": "two patch runs on one work dir: both succeed, one waits; the tree is whole",
-    "patch-no-wait": "a patch run with --no-wait while another holds the tree: exit 8, one line",
+    "patch-no-wait": "a patch run with --no-wait while another holds the tree: exit 8; without it, it waits, saying so",
+    "build-sigint": "Ctrl-C while pip/cmake compile: dist/ byte for byte the same, no compiler left running",
+    "build-sigterm": "SIGTERM while pip/cmake compile: dist/ byte for byte the same, no compiler left running",
     # Hostile archives (test_faults_inputs.py).
     "tar-hardlink-dotdot": "tar hard link to ../../x",
     "tar-hardlink-absolute": "tar hard link to /etc/passwd",
@@ -54,8 +56,11 @@ FAULTS: dict[str, str] = {
     "patch-absolute": "a patch writing /tmp/x",
     "patch-into-git-dir": "a patch writing .git/hooks/post-commit",
     "patch-through-symlink": "a patch adding a link out of the tree, the next one writing through it",
+    "deps-wrong-sha1": "a deps.txt entry whose sha1 is one digit off: exit 4, the good mirror untouched",
     # Disk space.
     "disk-patch": "not enough free space to prepare a tree: exit 9 before any copy",
+    "disk-deps": "not enough free space to mirror deps.txt: exit 9 before any download",
+    "disk-build": "not enough free space to build: exit 9 before pip starts, dist/ untouched",
 }
 
 FOUNDATION_FAULTS: dict[str, str] = {
