@@ -159,6 +159,18 @@ def _stamped_wheels(build_dir: Path, fingerprint: str, dist: Path) -> tuple[Path
 
 
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
+    """Build ``variant``'s wheel into dist/, or return the wheels there when nothing changed.
+
+    One run at a time per build dir: a second one waits (saying so), then finds the first one's wheels.
+    """
+    build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
+    with prepare.locked(build_dir, wait=settings.wait_for_lock, doing="building in"):
+        return _build_variant(settings, stack, variant, request, build_dir)
+
+
+def _build_variant(
+    settings: Settings, stack: Stack, variant: Variant, request: BuildRequest, build_dir: Path
+) -> BuildResult:
     start = datetime.now(UTC)
     platform = series.host_platform()
     tools = toolchain.detect(stack.build, settings.env)
@@ -167,7 +179,6 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
     plan = variants.KINDS[variant.kind].wheel(variant, platform)
     dependencies = deps.read(tree)
     mirror = deps.mirror_path(settings)
-    build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
     jobs = toolchain.parallel_jobs(stack.build, request.jobs)
     ort_options = {
         "CMAKE_BUILD_TYPE": stack.build.build_type,
