@@ -56,6 +56,8 @@ FAULTS: dict[str, str] = {
     "patch-absolute": "a patch writing /tmp/x",
     "patch-into-git-dir": "a patch writing .git/hooks/post-commit",
     "patch-through-symlink": "a patch adding a link out of the tree, the next one writing through it",
+    "build-compile-error": "a patch that breaks the compile: exit 6 naming the file, dist/ untouched",
+    "build-two-runs": "two builds of one variant at once: one waits, saying so, then finds the other's wheel",
     "deps-wrong-sha1": "a deps.txt entry whose sha1 is one digit off: exit 4, the good mirror untouched",
     # Disk space.
     "disk-patch": "not enough free space to prepare a tree: exit 9 before any copy",

@@ -10,10 +10,12 @@ import hashlib
 import signal
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from filelock import FileLock
 
 from clirun import one_error
 from faultkit import POSIX_SIGNALS, Process, fault
@@ -196,3 +198,42 @@ def test_not_enough_space_to_build(built: Workspace, run_ortstack: RunOrtstack, 
     assert f"build needs 1000000000.0 GiB free under {built.root / 'work' / 'cmake' / 'webgpu'}" in line
     assert "pip" not in result.stderr  # refused before compiling
     assert snapshot(built.dist) == good_dist
+
+
+def with_patch(space: Workspace, upstream: Upstream, run_ortstack: RunOrtstack, old: str, new: str) -> None:
+    """Add a patch replacing ``old`` by ``new`` in the MatMulNBits kernel and prepare the tree again."""
+    change = commit_edits(upstream, [(EMPTY_WEIGHTS[0], old, new)], "Change the kernel", upstream.commit)
+    space.write([space.project.entry("change", "0001-change.patch", format_patch(upstream, change))])
+    ok(run_ortstack, *space.args("patch"))
+
+
+@fault("build-compile-error")
+def test_compile_error_keeps_dist(built: Workspace, run_ortstack: RunOrtstack, upstream: Upstream) -> None:
+    good_dist = snapshot(built.dist)
+    with_patch(built, upstream, run_ortstack, EMPTY_WEIGHTS[1], EMPTY_WEIGHTS[1].replace("return 0;", "return 0 +;"))
+    result = run_ortstack(*built.args("build"))
+    line = one_error(result, 6)
+    assert "building variant 'webgpu' failed: " in line
+    assert "matmul_nbits.cc" in line  # the compiler's first error, not just "failed"
+    assert f"full log: {built.root / 'work' / 'logs' / 'build-webgpu.log'}" in result.stderr
+    assert snapshot(built.dist) == good_dist
+    assert not list((built.root / "work").glob("ortstack-webgpu-*"))
+
+
+@fault("build-two-runs")
+def test_two_builds_at_once(
+    built: Workspace, run_ortstack: RunOrtstack, upstream: Upstream, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    with_patch(built, upstream, run_ortstack, EMPTY_WEIGHTS[1], EMPTY_WEIGHTS[2])
+    runs = [Process(built.args("build"), env=cli_env, log=tmp_path / f"build{n}.log") for n in range(2)]
+    results = [run.finish(timeout=120) for run in runs]
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert sum("waiting for another ortstack run building in" in r.stderr for r in results) == 1
+    assert sorted("│ up to date" in r.stderr for r in results) == [False, True]  # the second used the first's
+    [wheel] = built.dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as whole:
+        assert whole.testzip() is None  # never a torn wheel
+    build_dir = built.root / "work" / "cmake" / "webgpu"
+    with FileLock(f"{build_dir}.lock"):  # what a running build holds
+        line = one_error(run_ortstack(*built.args("build", "--no-wait")), 8)
+    assert f"another ortstack run is building in {build_dir}" in line
