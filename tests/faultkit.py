@@ -9,12 +9,15 @@ Count them with ``pytest -m fault --collect-only -q``.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING
 
 import pytest
+
+from ortstack.errors import INTERRUPTED, TERMINATED
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -96,6 +99,9 @@ def fault(name: str) -> pytest.MarkDecorator:
         raise KeyError(msg)
     return pytest.mark.fault(name)
 
+
+EXIT_CODE_OF_SIGNAL: dict[int, int] = {signal.SIGINT: INTERRUPTED, signal.SIGTERM: TERMINATED}
+"""What ``ortstack`` returns when a signal interrupts it (a SIGKILL leaves no code of its own)."""
 
 POSIX_SIGNALS = pytest.mark.skipif(
     sys.platform == "win32",

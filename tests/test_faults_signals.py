@@ -18,8 +18,8 @@ import pytest
 from filelock import FileLock
 
 from clirun import one_error
-from faultkit import POSIX_SIGNALS, Process, fault
-from ortstack.errors import INTERRUPTED, TERMINATED
+from faultkit import EXIT_CODE_OF_SIGNAL, POSIX_SIGNALS, Process, fault
+from ortstack.errors import INTERRUPTED
 from series_kit import Project, format_patch, snapshot
 from test_fetch import archive_stack, assert_intact, assert_tree_is, good_cache
 from upstream import Fault, LoopbackServer, Upstream
@@ -31,9 +31,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.network, POSIX_SIGNALS]
 
 RESUME_TIP = "tip: run the same command again"
-
-
-EXIT_CODE = {signal.SIGINT: INTERRUPTED, signal.SIGTERM: TERMINATED}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -64,7 +61,7 @@ def test_interrupted_download_resumes(
     run.wait_for(lambda: part.is_file() and part.stat().st_size >= 1024, "a partial download")
     result = run.signal(signum)
 
-    line = one_error(result, EXIT_CODE[signum])
+    line = one_error(result, EXIT_CODE_OF_SIGNAL[signum])
     assert line in ("ortstack: error: interrupted", "ortstack: error: terminated")
     assert RESUME_TIP in result.stderr
     kept = part.read_bytes()
@@ -219,7 +216,7 @@ def test_interrupted_patching_keeps_the_last_good_tree(
     if signum == signal.SIGKILL:
         assert result.returncode == -signal.SIGKILL
     else:
-        line = one_error(result, EXIT_CODE[signum])
+        line = one_error(result, EXIT_CODE_OF_SIGNAL[signum])
         assert line in ("ortstack: error: interrupted", "ortstack: error: terminated")
         assert not list(tree.parent.glob(".default.*"))  # the half-made tree removed on the way out
     assert snapshot(tree) == good
