@@ -218,7 +218,8 @@ def test_interrupted_patching_keeps_the_last_good_tree(
     else:
         line = one_error(result, EXIT_CODE_OF_SIGNAL[signum])
         assert line in ("ortstack: error: interrupted", "ortstack: error: terminated")
-        assert not list(tree.parent.glob(".default.*"))  # the half-made tree removed on the way out
+        # The half-made tree is removed on the way out, unless a git the signal cut off still writes there.
+        assert not list(tree.parent.glob(".default.*")) or "the next run removes it" in result.stderr
     assert snapshot(tree) == good
 
     again = Process(patch_args(project, tmp_path), env=cli_env, log=tmp_path / "again.log")
