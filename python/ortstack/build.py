@@ -2,7 +2,7 @@
 
 Order of work, cheapest first, so that nothing expensive starts before everything is known good:
 tools found -> variant validated against the pin -> fingerprint compared (a no-op returns here) ->
-deps mirror and Dawn checked -> project rendered -> ``pip wheel`` (scikit-build-core + cpp_ext) in
+deps mirror and Dawn checked -> project rendered -> ``python -m build`` (scikit-build-core + cpp_ext) in
 the stable build dir -> contents checked -> auditwheel -> wheels moved into dist/.
 
 The build dir (``<work>/cmake/<variant>``) is kept between builds: onnxruntime's cmake configures
@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import __version__, _run, deps, diskspace, log, prepare, series, toolchain, variants, wheel
+from ortstack import __version__, deps, diskspace, log, prepare, _run, series, toolchain, variants, wheel
 from ortstack.buildinfo import BuildInfo, PatchInfo
 from ortstack.errors import BuildError, FetchError
 
@@ -159,22 +159,26 @@ def _stamped_wheels(build_dir: Path, fingerprint: str, dist: Path) -> tuple[Path
 
 
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
-    """Build ``variant``'s wheel into dist/, or return the wheels there when nothing changed.
-
-    One run at a time per build dir: a second one waits (saying so), then finds the first one's wheels.
-    """
+    """Build ``variant``'s wheel into dist/, or return the wheels there when nothing changed."""
+    tools = toolchain.detect(stack.build, settings.env)  # before anything is touched
     build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
-    with prepare.locked(build_dir, wait=settings.wait_for_lock, doing="building in"):
-        return _build_variant(settings, stack, variant, request, build_dir)
+    with prepare.locked(build_dir, wait=settings.wait_for_lock, what="building in"):
+        return _build(settings, stack, variant, request, tools=tools, build_dir=build_dir)
 
 
-def _build_variant(
-    settings: Settings, stack: Stack, variant: Variant, request: BuildRequest, build_dir: Path
+def _build(
+    settings: Settings,
+    stack: Stack,
+    variant: Variant,
+    request: BuildRequest,
+    *,
+    tools: toolchain.Toolchain,
+    build_dir: Path,
 ) -> BuildResult:
     start = datetime.now(UTC)
     platform = series.host_platform()
-    tools = toolchain.detect(stack.build, settings.env)
     tree, tree_commit = prepared_tree(settings, variant)
+    toolchain.check_cmake_version(tools, tree / "cmake" / "CMakeLists.txt")
     variant_defines = variants.validate(variant, platform, tree)
     plan = variants.KINDS[variant.kind].wheel(variant, platform)
     dependencies = deps.read(tree)
@@ -288,12 +292,13 @@ def _compile(
     env: dict[str, str],
     log_file: Path,
 ) -> list[Path]:
-    """``pip wheel`` the staging project into a temporary folder; dist/ changes only if all went well."""
+    """Build the staging project's wheel into a temporary folder; dist/ changes only if all went well."""
     with tempfile.TemporaryDirectory(prefix=f"ortstack-{variant.name}-", dir=settings.work_dir) as tmp:
         raw_dir, repaired_dir = Path(tmp) / "raw", Path(tmp) / "repaired"
-        argv = [sys.executable, "-m", "pip", "wheel", str(staging), "--no-build-isolation", "--no-deps", "-v"]
-        argv += ["--wheel-dir", str(raw_dir), f"--config-settings=build-dir={build_dir.as_posix()}"]
-        argv += [f"--config-settings=cmake.define.{k}={v}" for k, v in defines.items()]
+        # build calls the backend's build_wheel once (pip would ask for metadata first: a second run).
+        argv = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--skip-dependency-check"]
+        argv += [str(staging), "--outdir", str(raw_dir), f"--config-setting=build-dir={build_dir.as_posix()}"]
+        argv += [f"--config-setting=cmake.define.{k}={v}" for k, v in defines.items()]
         try:
             _run.run(argv, env=env, log_file=log_file)
         except subprocess.CalledProcessError:

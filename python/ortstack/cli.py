@@ -29,7 +29,7 @@ class Verb(Protocol):
 
 
 # Module names under ortstack.commands; the verb is the name with "_" spelled "-".
-VERBS: tuple[str, ...] = ("fetch", "status", "patch", "refresh_patches", "build", "inspect")
+VERBS: tuple[str, ...] = ("fetch", "patch", "build", "status", "inspect", "refresh_patches")
 
 
 def _exit_code_epilog() -> str:

@@ -111,7 +111,7 @@ def write_state(prepared: Prepared, tree: Path) -> None:
 
 
 @contextmanager
-def locked(path: Path, *, wait: bool, doing: str = "preparing") -> Iterator[None]:
+def locked(path: Path, *, wait: bool, what: str = "preparing") -> Iterator[None]:
     """Hold ``<path>.lock``; say so while waiting for another run, or fail at once when ``wait`` is off."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(f"{path}.lock")
@@ -119,9 +119,9 @@ def locked(path: Path, *, wait: bool, doing: str = "preparing") -> Iterator[None
         lock.acquire(timeout=0)
     except Timeout:
         if not wait:
-            msg = f"another ortstack run is {doing} {path}"
+            msg = f"another ortstack run is {what} {path}"
             raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
-        log.info(f"waiting for another ortstack run {doing} {path}")
+        log.info(f"waiting for another ortstack run {what} {path}")
         lock.acquire()
     try:
         yield

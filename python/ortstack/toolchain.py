@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from packaging.version import Version
 
 from ortstack import _run
 from ortstack.errors import BuildError, ConfigError
@@ -127,6 +130,15 @@ def detect(options: BuildOptions, env: Mapping[str, str]) -> Toolchain:
     )
 
 
+def check_cmake_version(toolchain: Toolchain, cmake_lists: Path) -> None:
+    """Refuse a cmake older than the ``cmake_minimum_required`` of the tree about to be configured."""
+    found = re.search(r"cmake_minimum_required\s*\(\s*VERSION\s+([0-9.]+)", cmake_lists.read_text(encoding="utf-8"))
+    have = re.search(r"(\d+\.\d+(?:\.\d+)?)", toolchain.cmake_version)
+    if found and have and Version(have.group(1)) < Version(found.group(1)):
+        msg = f"{cmake_lists} needs cmake >= {found.group(1)}, but {toolchain.cmake} is {have.group(1)}"
+        raise BuildError(msg, tip=f"pip install 'cmake>={found.group(1)}' (or put a newer cmake first on PATH)")
+
+
 def start_cache_server(toolchain: Toolchain, env: Mapping[str, str], log_file: Path) -> None:
     """sccache: start its server now, with the backend in ``env``, rather than from the first compile.
 
@@ -150,9 +162,9 @@ def total_memory_bytes() -> int | None:
 
 
 def parallel_jobs(options: BuildOptions, requested: int | None = None) -> int:
-    """Jobs to run: the request (CLI, then stack.toml) or the cores, never more than memory allows."""
+    """Jobs to run: the request (CLI, then stack.toml) or the cores; never more than cores or memory allow."""
     cores = os.cpu_count() or 1
-    jobs = requested or options.jobs or cores
+    jobs = min(requested or options.jobs or cores, cores)
     memory = total_memory_bytes()
     if memory is not None:
         jobs = min(jobs, max(1, memory // (options.memory_per_job_mb * 1024 * 1024)))

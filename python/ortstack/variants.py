@@ -10,6 +10,10 @@ onnxruntime sources the option names come from (cited where used):
   ``onnxruntime_BUILD_DAWN_SHARED_LIBRARY`` (Dawn as ``webgpu_dawn``), ``onnxruntime_USE_EXTERNAL_DAWN``,
   their FATAL_ERROR together, ``onnxruntime_USE_TELEMETRY`` (the 1DS SDK on non-Windows),
   ``onnxruntime_CMAKE_DEPS_MIRROR_DIR`` and ``onnxruntime_CUSTOM_DAWN_SRC_PATH``.
+- ``cmake/CMakeLists.txt`` at microsoft/onnxruntime@07e724c4c7546dceca1789884b18ce2d585841f9 (and
+  @1a93e0a09c1984b95617f5a044bde317be140c0a): ``onnxruntime_USE_WEBGPU``, ``onnxruntime_USE_EP_API_ADAPTERS``,
+  ``onnxruntime_ENABLE_PYTHON``, ``onnxruntime_BUILD_SHARED_LIB``, ``onnxruntime_BUILD_UNIT_TESTS``, and the
+  FATAL_ERROR for the plugin EP with a shared Dawn: the plugin variant links Dawn statically.
 - ``cmake/onnxruntime_providers_webgpu.cmake`` at microsoft/onnxruntime@001d12d2623fd411ce0f83d05abb5e82304a3389:
   ``onnxruntime_USE_EP_API_ADAPTERS`` builds the WebGPU EP as the shared plugin library
   ``onnxruntime_providers_webgpu`` (Dawn copied next to it when shared; ``dxil.dll``/``dxcompiler.dll``
@@ -35,6 +39,11 @@ ON, OFF = "ON", "OFF"
 
 # Pairs of options onnxruntime's cmake refuses together, with where it says so.
 KNOWN_CONFLICTS: tuple[tuple[str, str, str], ...] = (
+    (
+        "onnxruntime_USE_EP_API_ADAPTERS",
+        "onnxruntime_BUILD_DAWN_SHARED_LIBRARY",
+        "cmake/CMakeLists.txt at microsoft/onnxruntime@07e724c4c7546dceca1789884b18ce2d585841f9 (FATAL_ERROR)",
+    ),
     (
         "onnxruntime_USE_EXTERNAL_DAWN",
         "onnxruntime_BUILD_DAWN_SHARED_LIBRARY",
@@ -63,6 +72,8 @@ class WheelPlan:
     dependencies: tuple[str, ...]
     """Requirements written into the wheel's metadata."""
     libraries: tuple[str, ...]
+    """Files cmake takes from onnxruntime's build folder into ``package`` (the plugin's libraries)."""
+    required: tuple[str, ...]
     """File names that must be inside ``package`` once built (checked before the wheel is kept)."""
 
 
@@ -110,15 +121,18 @@ class BuiltinWebGpu:
         }
 
     def wheel(self, variant: Variant, platform: str) -> WheelPlan:
-        libraries = [_shared_library("onnxruntime", platform)]
+        # The whole package onnxruntime's build assembles is taken; _pybind_state.py is its binding's
+        # loader, present in every onnxruntime Python package.
+        required = ["_pybind_state.py"]
         if variant.dawn == "shared":
-            libraries.append(_shared_library("webgpu_dawn", platform))
+            required.append(_shared_library("webgpu_dawn", platform))
         return WheelPlan(
             name=variant.wheel_name or "onnxruntime-webgpu",
             package="onnxruntime",
             py_api="",
             dependencies=("numpy>=1.21.6", "packaging", "protobuf", "flatbuffers", "coloredlogs", "sympy"),
-            libraries=(*libraries, *_dxc_libraries(platform)),
+            libraries=(),
+            required=(*required, *_dxc_libraries(platform)),
         )
 
     def check(self, variant: Variant) -> None:
@@ -127,7 +141,10 @@ class BuiltinWebGpu:
 
 
 class PluginEp:
-    """The WebGPU plugin EP library for a stock onnxruntime (the ``onnxruntime-ep-webgpu`` shape)."""
+    """The WebGPU plugin EP library for a stock onnxruntime (the ``onnxruntime-ep-webgpu`` shape).
+
+    Dawn is linked into the plugin library: onnxruntime's cmake refuses the plugin with a shared Dawn.
+    """
 
     def cmake_defines(self, variant: Variant, platform: str) -> dict[str, str]:
         return {
@@ -138,15 +155,14 @@ class PluginEp:
         }
 
     def wheel(self, variant: Variant, platform: str) -> WheelPlan:
-        libraries = [_shared_library("onnxruntime_providers_webgpu", platform)]
-        if variant.dawn == "shared":
-            libraries.append(_shared_library("webgpu_dawn", platform))
+        libraries = (_shared_library("onnxruntime_providers_webgpu", platform), *_dxc_libraries(platform))
         return WheelPlan(
             name=variant.wheel_name or "onnxruntime-ep-webgpu",
             package="onnxruntime_ep_webgpu",
             py_api="py3",
             dependencies=(f"onnxruntime>={variant.min_onnxruntime}",),
-            libraries=(*libraries, *_dxc_libraries(platform)),
+            libraries=libraries,
+            required=libraries,
         )
 
     def check(self, variant: Variant) -> None:
@@ -182,7 +198,11 @@ _FATAL = re.compile(r'message\s*\(\s*FATAL_ERROR\s+"([^"]*)"', re.IGNORECASE)
 
 
 def _required_on(lines: list[str], fatal_line: int) -> set[str]:
-    """Names that the if() blocks enclosing ``fatal_line`` require to be ON (not under NOT or else)."""
+    """Names the if() blocks enclosing ``fatal_line`` require to be ON.
+
+    ``if(A)`` requires A; under its ``else()`` only ``if(NOT A)`` says something (A is ON), so
+    compound conditions in an else branch are left out rather than guessed.
+    """
     required: set[str] = set()
     depth = 0
     in_else = False
@@ -195,9 +215,12 @@ def _required_on(lines: list[str], fatal_line: int) -> set[str]:
             if depth:
                 depth -= 1
                 continue
-            if not in_else:
-                condition = match.group(1)
-                negated = set(re.findall(r"NOT\s*\(?\s*(\w+)", condition, re.IGNORECASE))
+            condition = match.group(1)
+            negated = set(re.findall(r"NOT\s*\(?\s*(onnxruntime_\w+)", condition, re.IGNORECASE))
+            if in_else:
+                single_not = re.fullmatch(r"\s*NOT\s+(onnxruntime_\w+)\s*", condition, re.IGNORECASE)
+                required |= {single_not.group(1)} if single_not else set()
+            else:
                 required |= set(re.findall(r"\b(onnxruntime_\w+)", condition)) - negated
             in_else = False
     return required

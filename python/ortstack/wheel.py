@@ -90,11 +90,11 @@ def render_project(
 
 
 def check_contents(wheel: Path, plan: WheelPlan) -> None:
-    """Every library the plan names is inside the wheel's package, with the build info."""
+    """Every file the plan requires is inside the wheel's package, with the build info."""
     with zipfile.ZipFile(wheel) as archive:
         names = {PurePosixPath(n) for n in archive.namelist()}
     have = {n.name for n in names if n.parts[:1] == (plan.package,)}
-    missing = [name for name in (*plan.libraries, BUILD_INFO_NAME) if name not in have]
+    missing = [name for name in (*plan.required, BUILD_INFO_NAME) if name not in have]
     if missing:
         msg = f"{wheel.name} lacks {', '.join(missing)} in {plan.package}/"
         raise BuildError(msg, tip="the variant's cmake options did not produce them; see the build log")

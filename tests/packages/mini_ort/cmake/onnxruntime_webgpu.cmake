@@ -7,6 +7,12 @@ option(onnxruntime_USE_EXTERNAL_DAWN "Use a Dawn provided by the system" OFF)
 set(onnxruntime_CUSTOM_DAWN_SRC_PATH "" CACHE PATH "A complete Dawn source tree to build instead of the deps.txt archive")
 
 if(onnxruntime_BUILD_DAWN_SHARED_LIBRARY)
+  # As in onnxruntime: the plugin EP carries its Dawn inside; only the built-in EP may share one.
+  if(NOT onnxruntime_USE_EP_API_ADAPTERS)
+    add_compile_definitions(BUILD_DAWN_SHARED_LIBRARY=1)
+  else()
+    message(FATAL_ERROR "the plugin EP (onnxruntime_USE_EP_API_ADAPTERS) cannot use a shared Dawn (onnxruntime_BUILD_DAWN_SHARED_LIBRARY)")
+  endif()
   set(DAWN_BUILD_MONOLITHIC_LIBRARY SHARED CACHE STRING "" FORCE)
   if(onnxruntime_USE_EXTERNAL_DAWN)
     message(FATAL_ERROR "onnxruntime_USE_EXTERNAL_DAWN and onnxruntime_BUILD_DAWN_SHARED_LIBRARY cannot be enabled at the same time.")
@@ -41,13 +47,7 @@ if(onnxruntime_USE_EP_API_ADAPTERS)
   target_include_directories(onnxruntime_providers_webgpu PRIVATE "${ONNXRUNTIME_INCLUDE_DIR}" "${ONNXRUNTIME_ROOT}")
   target_compile_definitions(onnxruntime_providers_webgpu PRIVATE ORT_VERSION="${ORT_VERSION}")
   target_link_libraries(onnxruntime_providers_webgpu PRIVATE ${onnxruntime_dawn_libs})
-  # The plugin and its Dawn sit side by side in the wheel.
   set_target_properties(onnxruntime_providers_webgpu PROPERTIES BUILD_RPATH "$ORIGIN" INSTALL_RPATH "$ORIGIN")
-  if(onnxruntime_BUILD_DAWN_SHARED_LIBRARY)
-    add_custom_command(TARGET onnxruntime_providers_webgpu POST_BUILD
-      COMMAND ${CMAKE_COMMAND} -E copy_if_different "$<TARGET_FILE:dawn::webgpu_dawn>" "$<TARGET_FILE_DIR:onnxruntime_providers_webgpu>"
-      VERBATIM)
-  endif()
 else()
   target_sources(onnxruntime PRIVATE ${onnxruntime_webgpu_srcs} "${ONNXRUNTIME_ROOT}/core/providers/webgpu/dawn_info.cc")
   target_compile_definitions(onnxruntime PRIVATE USE_WEBGPU=1)
