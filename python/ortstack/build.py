@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import __version__, deps, diskspace, log, prepare, _run, series, toolchain, variants, wheel
+from ortstack import __version__, _run, deps, diskspace, log, prepare, series, toolchain, variants, wheel
 from ortstack.buildinfo import BuildInfo, PatchInfo
 from ortstack.errors import BuildError, FetchError
 
