@@ -3,7 +3,8 @@
 Every test of the suite carries ``@pytest.mark.fault(ID)`` with an ``ID`` from ``FAULTS``; each one
 asserts the error line (or the clean outcome) and that nothing valid was lost. ``FOUNDATION_FAULTS``
 lists the faults the fetch and config tests already cover, so the two together are the whole list.
-Count them with ``pytest -m fault --collect-only -q``.
+Count them with ``pytest -m fault --collect-only -q``; ``test_faults_exit_codes.py`` checks that each
+entry marks exactly one test.
 """
 
 from __future__ import annotations

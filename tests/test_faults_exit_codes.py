@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import ortstack
-from faultkit import EXIT_CODE_OF_SIGNAL
+from faultkit import EXIT_CODE_OF_SIGNAL, FAULTS
 from ortstack import errors
 from ortstack.errors import EXIT_CODES, OrtstackError
 
@@ -78,3 +78,15 @@ def test_the_cli_is_seen_returning_every_code_it_can_return() -> None:
     wanted = {cls.exit_code for cls in raised_classes()} | set(EXIT_CODE_OF_SIGNAL.values())
     missing = wanted - asserted_codes()
     assert not missing, f"no test runs the CLI into exit code(s) {sorted(missing)} and checks its error line"
+
+
+def test_every_catalogued_fault_has_exactly_one_test() -> None:
+    """``faultkit.FAULTS`` is the count stated for the suite: each entry marks one test (or one parameter)."""
+    used: list[str] = []
+    for path in TESTS.glob("test_faults_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "fault" and node.args:
+                argument = node.args[0]
+                assert isinstance(argument, ast.Constant), ast.unparse(node)
+                used.append(str(argument.value))
+    assert sorted(used) == sorted(FAULTS)
