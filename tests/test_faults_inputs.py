@@ -121,7 +121,7 @@ CASES = [
     pytest.param(
         "tar",
         [(f"{TOP}/{LONG}", "file", "long")],
-        f"cannot extract '{LONG[:80]}': File name too long",
+        f"cannot extract '{LONG[:80]}': ",  # then the system's reason (ENAMETOOLONG's text differs by OS)
         marks=fault("tar-long-name"),
         id="tar-long-name",
     ),

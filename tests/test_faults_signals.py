@@ -77,6 +77,8 @@ def test_interrupted_download_resumes(
     assert clean_server.ranges() == [(path, f"bytes={len(kept)}-")]  # resumed where it stopped
     assert_tree_is(cache_dir / "sources" / upstream.commit, upstream, upstream.commit)
     assert not part.exists()
+    kept_archive = cache_dir / "archives" / f"{upstream.archive_sha256}.tar.gz"
+    assert hashlib.sha256(kept_archive.read_bytes()).hexdigest() == upstream.archive_sha256
 
 
 # --------------------------------------------------------------------------------------------------
@@ -207,6 +209,7 @@ def test_interrupted_patching_keeps_the_last_good_tree(
     assert first.finish().returncode == 0, first.stderr()
     tree = tmp_path / "work" / "prepared" / "default"
     good = snapshot(tree)
+    sources = snapshot(tmp_path / "cache" / "sources")  # the cached source and its marker
 
     project.write(entries)  # a longer series: the tree must be rebuilt
     run = Process(patch_args(project, tmp_path), env=cli_env, log=tmp_path / "run.log")
@@ -221,6 +224,7 @@ def test_interrupted_patching_keeps_the_last_good_tree(
         # The half-made tree is removed on the way out, unless a git the signal cut off still writes there.
         assert not list(tree.parent.glob(".default.*")) or "the next run removes it" in result.stderr
     assert snapshot(tree) == good
+    assert snapshot(tmp_path / "cache" / "sources") == sources
 
     again = Process(patch_args(project, tmp_path), env=cli_env, log=tmp_path / "again.log")
     assert again.finish().returncode == 0, again.stderr()
