@@ -52,6 +52,7 @@ FAULTS: dict[str, str] = {
     "zip-duplicate-through-link": "zip member written twice, the second time through a link planted by the first",
     "zip-absolute": "zip member named /x",
     # Hostile downloads.
+    "cache-archive-damaged": "a cached archive damaged on disk: found by its digest, downloaded again",
     "sha256-one-byte": "the archive with one byte flipped against its pinned sha256",
     "drop-always-ranged": "a server that always drops half way, with Range: exit 4, the .part kept and resumed",
     "drop-always-unranged": "a server that always drops half way, without Range: exit 4, the next run starts over",

@@ -17,6 +17,7 @@ import pytest
 
 from clirun import RunOrtstack, one_error
 from faultkit import fault
+from ortstack.cache import remove_tree
 from series_kit import EMPTY_WEIGHTS, Project, commit_edits, format_patch, snapshot
 from test_fetch import archive_stack, assert_intact, assert_tree_is, good_cache
 from upstream import Fault, LoopbackServer, Upstream
@@ -390,3 +391,25 @@ def test_not_enough_space_to_prepare(
     assert "ORTSTACK_MIN_FREE_GIB_PATCH" in result.stderr
     assert snapshot(tree) == before
     assert sorted(p.name for p in tree.parent.iterdir()) == ["default", "default.lock"]
+
+
+@fault("cache-archive-damaged")
+def test_damaged_archive_in_the_cache_is_downloaded_again(
+    run_ortstack: RunOrtstack, upstream: Upstream, clean_server: LoopbackServer, tmp_path: Path, cache_dir: Path
+) -> None:
+    stack = archive_stack(tmp_path, upstream, url=upstream.archive_url, sha256=upstream.archive_sha256)
+    assert run_ortstack("fetch", "--stack", stack, "--cache-dir", cache_dir).returncode == 0
+    kept = cache_dir / "archives" / f"{upstream.archive_sha256}.tar.gz"
+    damaged = bytearray(kept.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x01
+    kept.write_bytes(bytes(damaged))
+    for entry in (cache_dir / "sources").iterdir():  # the tree is gone too: it must come from the archive
+        remove_tree(entry)
+
+    clean_server.reset_counts()
+    result = run_ortstack("fetch", "--stack", stack, "--cache-dir", cache_dir)
+    assert result.returncode == 0, result.stderr
+    assert f"{kept} no longer has sha256 {upstream.archive_sha256} (damaged in the cache)" in result.stderr
+    assert clean_server.requests() == 1
+    assert kept.read_bytes() == upstream.archive
+    assert_tree_is(cache_dir / "sources" / upstream.commit, upstream, upstream.commit)
