@@ -12,6 +12,7 @@ configures. ``dawn_third_party_missing`` finds those before anything is compiled
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import zipfile
@@ -117,13 +118,15 @@ def _fetch_one(dependency: Dependency, mirror: Path, cache: Cache) -> str:
         return "in mirror"
     cached = fetch.cached_download(cache, dependency.url, digest=dependency.sha1, algorithm="sha1")
     target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.with_name(target.name + ".tmp")
+    staged = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # runs sharing the mirror stage apart
     staged.unlink(missing_ok=True)
     try:
         staged.hardlink_to(cached)
     except OSError:  # another file system, or no hard links there
         shutil.copyfile(cached, staged)
     staged.replace(target)
+    # Renaming a link onto a link of the same file (another run got there first) leaves both names.
+    staged.unlink(missing_ok=True)
     return "downloaded"
 
 
