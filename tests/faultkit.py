@@ -63,6 +63,7 @@ FAULTS: dict[str, str] = {
     "patch-through-symlink": "a patch adding a link out of the tree, the next one writing through it",
     "build-compile-error": "a patch that breaks the compile: exit 6 naming the file, dist/ untouched",
     "build-two-runs": "two builds of one variant at once: one waits, saying so, then finds the other's wheel",
+    "deps-two-runs": "three deps mirrors of one cache at once: all succeed, no torn or stray file",
     "deps-wrong-sha1": "a deps.txt entry whose sha1 is one digit off: exit 4, the good mirror untouched",
     # Disk space.
     "disk-patch": "not enough free space to prepare a tree: exit 9 before any copy",

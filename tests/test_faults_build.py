@@ -236,3 +236,17 @@ def test_two_builds_at_once(
     with FileLock(f"{build_dir}.lock"):  # what a running build holds
         line = one_error(run_ortstack(*built.args("build", "--no-wait")), 8)
     assert f"another ortstack run is building in {build_dir}" in line
+
+
+@fault("deps-two-runs")
+def test_two_deps_mirrors_at_once(
+    run_ortstack: RunOrtstack, upstream: Upstream, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    space = Workspace(tmp_path, upstream)
+    ok(run_ortstack, *space.args("fetch"))
+    runs = [Process(space.args("fetch --deps"), env=cli_env, log=tmp_path / f"deps{n}.log") for n in range(3)]
+    results = [run.finish() for run in runs]
+    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
+    [mini_dep] = space.mirror.rglob("mini_dep-1.0.zip")
+    assert hashlib.sha1(mini_dep.read_bytes()).hexdigest() == upstream.mini_dep_sha1  # never a torn file
+    assert sorted(p.name for p in space.mirror.rglob("*") if p.is_file()) == ["mini_dawn-1.0.zip", "mini_dep-1.0.zip"]
