@@ -80,6 +80,13 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(requires=["lint"])
 def test(session: nox.Session) -> None:
-    """Lint, run the orchestrator's tests, then the wheel suites (args go to pytest)."""
+    """Lint, run the orchestrator's tests (args go to pytest), then the wheel suites on every EP."""
     _install_ortstack(session, "test")
     session.run("pytest", *session.posargs)
+    session.run("ortstack", "test", "--ep", "all")
+
+
+@nox.session(name="test-genai", default=False)
+def test_genai(session: nox.Session) -> None:
+    """The wheel suites plus the onnxruntime-genai end-to-end suite (needs CPU torch: a large install)."""
+    _ortstack(session, "test", "--ep", "all", "--genai")

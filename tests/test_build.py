@@ -190,6 +190,7 @@ def test_inspect_prints_the_inputs(built: Project, upstream: Upstream, variant: 
     assert info["cmake_options"]["onnxruntime_CMAKE_DEPS_MIRROR_DIR"].endswith("deps-mirror")
     assert info["compiler"]
     assert info["patches"] == []
+    assert info["extra"] == {"features": []}
 
 
 def assert_ok_stdout(result: subprocess.CompletedProcess[str]) -> str:

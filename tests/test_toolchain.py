@@ -58,3 +58,12 @@ def test_cache_choice(tmp_path: Path) -> None:
     assert toolchain._pick_cache(BuildOptions(compiler_cache="none"), dict(os.environ)) == ("", "")
     with pytest.raises(BuildError, match="compiler_cache = 'ccache', but ccache is not on PATH"):
         toolchain._pick_cache(BuildOptions(compiler_cache="ccache"), env)
+
+
+def test_a_tree_that_generates_wgsl_with_npm_needs_node(tmp_path: Path) -> None:
+    toolchain.check_wgsl_generator(tmp_path, {"PATH": str(tmp_path)})  # no generator in the tree: fine
+    templates = tmp_path / toolchain.WGSL_TEMPLATES
+    templates.mkdir(parents=True)
+    (templates / "package.json").write_text("{}")
+    with pytest.raises(BuildError, match="node and npm not found"):
+        toolchain.check_wgsl_generator(tmp_path, {"PATH": str(tmp_path / "empty")})

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ortstack import deps, variants
+from ortstack import build, config, deps, variants
 from ortstack.config import Variant
 from ortstack.errors import ConfigError
 from upstream import PACKAGES
@@ -158,3 +158,18 @@ def test_dawn_third_party_sources_missing_from_the_archive_are_named(tmp_path: P
     assert deps.dawn_third_party_missing(archive) == ["dawn-1/third_party/abseil-cpp"]
     without_deps = _dawn_zip(tmp_path / "plain.zip", {"src/dawn.cc": ""})
     assert deps.dawn_third_party_missing(without_deps) == []
+
+
+def test_build_info_features_come_from_the_series(tmp_path: Path) -> None:
+    stack_file = tmp_path / "stack.toml"
+    stack_file.write_text(
+        '[ort]\nrepository = "https://example.invalid/ort.git"\ncommit = "' + "a" * 40 + '"\n'
+        '[[patch]]\nid = "qlora"\nfile = "patches/0001-qlora.patch"\nprovides = ["qlora"]\n'
+        '[[patch]]\nid = "win"\nfile = "patches/0002-win.patch"\nplatforms = ["windows"]\nprovides = ["win_only"]\n'
+        '[[patch]]\nid = "norm"\nmode = "in-base"\nprovides = ["qk_norm"]\n'
+        'guard = { files = ["a.cc"], patterns = ["x"] }\n',
+        encoding="utf-8",
+    )
+    stack = config.load(stack_file)
+    assert build.provided_features(stack, "linux") == ["qk_norm", "qlora"]
+    assert build.provided_features(stack, "windows") == ["qk_norm", "qlora", "win_only"]

@@ -106,6 +106,15 @@ def _last_compiler_error(log_file: Path) -> str:
     return lines[-1].strip() if lines else "(no output)"
 
 
+def provided_features(stack: Stack, platform: str) -> list[str]:
+    """What the applied patches and the in-base entries (proven by their guards) say the wheel provides."""
+    found: set[str] = set()
+    for entry in stack.patches:
+        if not entry.platforms or platform in entry.platforms:
+            found.update(entry.provides)
+    return sorted(found)
+
+
 def _tree_blobs(tree: Path, env: Mapping[str, str]) -> dict[str, str]:
     listing = _run.run(["git", "ls-tree", "-r", "-z", "HEAD"], cwd=tree, env=env, capture=True, quiet=True).stdout
     blobs = {}
@@ -179,6 +188,7 @@ def _build(
     platform = series.host_platform()
     tree, tree_commit = prepared_tree(settings, variant)
     toolchain.check_cmake_version(tools, tree / "cmake" / "CMakeLists.txt")
+    toolchain.check_wgsl_generator(tree, settings.env)
     variant_defines = variants.validate(variant, platform, tree)
     plan = variants.KINDS[variant.kind].wheel(variant, platform)
     dependencies = deps.read(tree)
@@ -239,6 +249,7 @@ def _build(
         platform=platform,
         date=start.isoformat(timespec="seconds"),
         ortstack_version=__version__,
+        extra={"features": provided_features(stack, platform)},
     )
     staging = settings.work_dir / "project" / variant.name
     package_files = wheel.render_project(

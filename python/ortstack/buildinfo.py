@@ -5,16 +5,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import zipfile
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 from ortstack.errors import BuildError
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 BUILD_INFO_NAME = "ortstack_build_info.json"
 """File name of the build info inside the wheel's import package."""
@@ -77,3 +75,12 @@ def read_from_wheel(wheel: Path) -> BuildInfo:
     except (OSError, zipfile.BadZipFile) as exc:
         msg = f"cannot read {wheel}: {exc}"
         raise BuildError(msg) from None
+
+
+def read_from_installed(package: str = "onnxruntime") -> BuildInfo | None:
+    """The build info of the installed import ``package``; None for a wheel ortstack did not build."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / BUILD_INFO_NAME
+    return BuildInfo.from_json(path.read_text(encoding="utf-8")) if path.is_file() else None

@@ -29,7 +29,7 @@ class Verb(Protocol):
 
 
 # Module names under ortstack.commands; the verb is the name with "_" spelled "-".
-VERBS: tuple[str, ...] = ("fetch", "patch", "build", "status", "inspect", "refresh_patches")
+VERBS: tuple[str, ...] = ("fetch", "patch", "build", "status", "inspect", "refresh_patches", "test")
 
 
 def _exit_code_epilog() -> str:

@@ -77,6 +77,9 @@ class PatchEntry:
     """Files and patterns that must be present after applying (or in the base, for ``in-base``)."""
     description: str = ""
     """Why the patch is carried."""
+    provides: tuple[str, ...] = ()
+    """Features a wheel has once this change is in (e.g. ``qlora``); recorded in the build info so the
+    wheel suites hold the wheel to them."""
 
 
 @dataclass(frozen=True, kw_only=True)

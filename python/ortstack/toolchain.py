@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.version import Version
@@ -20,7 +21,6 @@ from ortstack.errors import BuildError, ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
     from ortstack.config import BuildOptions
 
@@ -137,6 +137,22 @@ def check_cmake_version(toolchain: Toolchain, cmake_lists: Path) -> None:
     if found and have and Version(have.group(1)) < Version(found.group(1)):
         msg = f"{cmake_lists} needs cmake >= {found.group(1)}, but {toolchain.cmake} is {have.group(1)}"
         raise BuildError(msg, tip=f"pip install 'cmake>={found.group(1)}' (or put a newer cmake first on PATH)")
+
+
+# onnxruntime generates its WGSL kernels with npm when onnxruntime_WGSL_TEMPLATE is set
+# (cmake/onnxruntime_providers_webgpu.cmake at microsoft/onnxruntime@001d12d2623fd411ce0f83d05abb5e82304a3389).
+WGSL_TEMPLATES = Path("onnxruntime/core/providers/webgpu/wgsl_templates")
+
+
+def check_wgsl_generator(tree: Path, env: Mapping[str, str]) -> None:
+    """A tree that generates WGSL with npm needs node and npm, found before configuring."""
+    if not (tree / WGSL_TEMPLATES / "package.json").is_file():
+        return
+    missing = [tool for tool in ("node", "npm") if _run.which(tool, env) is None]
+    if missing:
+        tools = " and ".join(missing)
+        msg = f"cannot build: {tools} not found, and {WGSL_TEMPLATES} generates the WGSL kernels with npm"
+        raise BuildError(msg, tip="install Node.js (with npm); offline, also provide its node_modules folder")
 
 
 def start_cache_server(toolchain: Toolchain, env: Mapping[str, str], log_file: Path) -> None:

@@ -100,6 +100,10 @@ def _common_defines(variant: Variant, platform: str) -> dict[str, str]:
         "onnxruntime_USE_TELEMETRY": ON if variant.telemetry and platform == "windows" else OFF,
         "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": shared_dawn,
         "onnxruntime_USE_EXTERNAL_DAWN": external_dawn,
+        # build.py's only choice and default (tools/ci_build/build_args.py at
+        # microsoft/onnxruntime@03876adc28b33270e71f12697c068a6deb7207a1); the WGSL kernels are then
+        # generated with npm (see toolchain.check_wgsl_generator).
+        "onnxruntime_WGSL_TEMPLATE": "static",
     }
 
 

@@ -1,0 +1,187 @@
+"""Fresh virtual environments for the wheel suites: one per wheel spec, cached by what went in.
+
+A *wheel spec* names what to install as one string: a local ``.whl`` path, a requirement string
+(``onnxruntime-webgpu==1.27.0``), or several joined with ``+``
+(``onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0``). A ``+`` that starts a PEP 440 local
+version (``1.27.0+stack.ab12``) stays part of its requirement: a new part begins only where the text
+after ``+`` is a path, a ``.whl`` or a requirement with a version specifier.
+
+The cache key covers the interpreter, the parts (a local wheel by its sha256) and the extras, so a
+rebuilt wheel gets a new venv and an unchanged one is reused. A venv counts as ready only once
+everything installed: a marker file is written last, and a half-made venv is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from filelock import FileLock
+from packaging.requirements import InvalidRequirement, Requirement
+
+from ortstack import _run, log
+from ortstack.errors import ConfigError, SuiteError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+_READY_MARKER = "ortstack-venv.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Venv:
+    root: Path
+    """The venv directory."""
+    python: Path
+    """Its interpreter."""
+    parts: tuple[str, ...]
+    """What was installed for the spec (paths made absolute), extras excluded."""
+
+
+def _starts_new_part(text: str) -> bool:
+    if text.endswith(".whl") or "/" in text or "\\" in text:
+        return True
+    try:
+        return bool(Requirement(text).specifier)
+    except InvalidRequirement:
+        return False
+
+
+def parse_wheel_spec(spec: str) -> tuple[str, ...]:
+    """Split a wheel spec into pip arguments; local wheel paths become absolute."""
+    parts: list[str] = []
+    for piece in spec.split("+"):
+        if parts and not _starts_new_part(piece):
+            parts[-1] = f"{parts[-1]}+{piece}"
+        else:
+            parts.append(piece)
+    resolved: list[str] = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            msg = f"wheel spec {spec!r} has an empty part"
+            raise ConfigError(msg, tip="join requirements with a single '+'")
+        if part.endswith(".whl"):
+            path = Path(part).expanduser().resolve()
+            if not path.is_file():
+                msg = f"wheel {path} does not exist"
+                raise ConfigError(msg, tip="build it with `nox -s build` or fix the path")
+            resolved.append(str(path))
+            continue
+        try:
+            Requirement(part)
+        except InvalidRequirement as exc:
+            msg = f"wheel spec part {part!r} is neither a .whl path nor a requirement: {exc}"
+            raise ConfigError(
+                msg,
+                tip="write e.g. onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0 or a path to a .whl",
+            ) from None
+        resolved.append(part)
+    return tuple(resolved)
+
+
+def spec_label(spec: str) -> str:
+    """A short human name for a spec: wheel file names without the tags, requirements as written."""
+    labels = []
+    for part in parse_wheel_spec(spec):
+        if part.endswith(".whl"):
+            name, version = Path(part).name.split("-")[:2]
+            labels.append(f"{name}=={version}")
+        else:
+            labels.append(part)
+    return " + ".join(labels)
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_key(parts: Sequence[str], extras: Sequence[str], python: Path) -> str:
+    identity = {
+        "python": str(python.resolve()),
+        "parts": [_file_digest(Path(p)) if p.endswith(".whl") else p for p in parts],
+        "extras": sorted(extras),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def venv_python(root: Path) -> Path:
+    if os.name == "nt":
+        return root / "Scripts" / "python.exe"
+    return root / "bin" / "python"
+
+
+def _create(root: Path, python: Path, env: Mapping[str, str]) -> None:
+    uv = _run.which("uv", env)
+    if uv is not None:
+        _run.run([uv, "venv", "--quiet", "--python", python, root], env=env)
+    else:
+        _run.run([python, "-m", "venv", root], env=env)
+
+
+def _install(root: Path, args: Sequence[str], env: Mapping[str, str], pip_args: Sequence[str]) -> None:
+    uv = _run.which("uv", env)
+    if uv is not None:
+        _run.run([uv, "pip", "install", "--quiet", "--python", venv_python(root), *pip_args, *args], env=env)
+    else:
+        argv: list[str | os.PathLike[str]] = [
+            venv_python(root),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            *pip_args,
+            *args,
+        ]
+        _run.run(argv, env=env)
+
+
+def ensure(
+    spec: str,
+    *,
+    cache_dir: Path,
+    env: Mapping[str, str],
+    extras: Sequence[str] = (),
+    pip_args: Sequence[str] = (),
+    python: Path | None = None,
+) -> Venv:
+    """Return a ready venv holding ``spec`` plus ``extras`` (requirements), creating it if needed.
+
+    ``pip_args`` pass through to the installer (``--no-index``, ``--find-links DIR``) and are not part
+    of the cache key. Raises :class:`SuiteError` when the installation fails.
+    """
+    interpreter = python if python is not None else Path(sys.executable)
+    parts = parse_wheel_spec(spec)
+    key = cache_key(parts, extras, interpreter)
+    root = cache_dir / "venvs" / key
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(root.parent / f"{key}.lock"):
+        marker = root / _READY_MARKER
+        if marker.is_file():
+            log.info(f"reusing venv {root} for {spec_label(spec)}")
+            return Venv(root=root, python=venv_python(root), parts=parts)
+        if root.exists():
+            shutil.rmtree(root)
+        with log.step(f"venv for {spec_label(spec)}"):
+            try:
+                _create(root, interpreter, env)
+                _install(root, [*parts, *extras], env, pip_args)
+            except subprocess.CalledProcessError as exc:
+                msg = f"installing {spec_label(spec)} into a fresh venv failed (exit {exc.returncode})"
+                raise SuiteError(
+                    msg,
+                    tip="check the spec and that the wheel fits this Python; the pip output is above",
+                ) from None
+            marker.write_text(json.dumps({"spec": spec, "parts": parts, "extras": list(extras)}, indent=2))
+    return Venv(root=root, python=venv_python(root), parts=parts)

@@ -1,0 +1,66 @@
+"""The QLoRA cases shared by the tests and the child-process probes: weights, adapters, runs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnxruntime as ort
+
+from wheel_tests import models, reference
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+K, N, RANK = 256, 128, 32
+
+
+def spec(dtype: type[np.floating], form: models.AdapterForm, **kwargs: object) -> models.QloraSpec:
+    return models.QloraSpec(k=K, n=N, rank=RANK, dtype=dtype, form=form, **kwargs)  # type: ignore[arg-type]
+
+
+def base_weight(dtype: type[np.floating]) -> reference.QuantizedWeight:
+    rng = np.random.default_rng(100)
+    return reference.quantize(rng.standard_normal((K, N)), bits=4, zero_points=False, dtype=dtype)
+
+
+def adapter_weights(s: models.QloraSpec, seed: int) -> reference.LoraWeights:
+    """A rank-32 adapter large enough to move the output well beyond the fp16 tolerance."""
+    rng = np.random.default_rng(seed)
+    down = rng.standard_normal((s.k, s.rank)) / np.sqrt(s.k)
+    up = rng.standard_normal((s.rank, s.n)) * 2.0
+    if s.form == "int8":
+        return reference.LoraWeights(
+            down=reference.quantize(down, bits=8, zero_points=False, dtype=s.dtype),
+            up=reference.quantize(up, bits=8, zero_points=False, dtype=s.dtype),
+        )
+    return reference.LoraWeights(down=down.astype(s.dtype), up=up.astype(s.dtype))
+
+
+def export_adapter(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """Write an ``.onnx_adapter`` file with AdapterFormat."""
+    fmt = ort.AdapterFormat()
+    fmt.set_adapter_version(1)
+    fmt.set_model_version(1)
+    fmt.set_parameters({name: ort.OrtValue.ortvalue_from_numpy(value) for name, value in tensors.items()})
+    fmt.export_adapter(str(path))
+
+
+def write_adapter(path: Path, tensors: dict[str, np.ndarray]) -> ort.LoraAdapter:
+    """Write an ``.onnx_adapter`` with AdapterFormat and load it back as a LoraAdapter."""
+    export_adapter(path, tensors)
+    adapter = ort.LoraAdapter()
+    adapter.Load(str(path))
+    return adapter
+
+
+def run(session: ort.InferenceSession, x: np.ndarray, adapter: ort.LoraAdapter | None) -> np.ndarray:
+    options = ort.RunOptions()
+    if adapter is not None:
+        options.add_active_adapter(adapter)
+    (y,) = session.run(None, {"X": x}, options)
+    return np.asarray(y)
+
+
+def activations(m: int, dtype: type[np.floating]) -> np.ndarray:
+    return np.random.default_rng(m + 1).standard_normal((m, K)).astype(dtype)

@@ -1,0 +1,292 @@
+"""ONNX model builders (``onnx.helper``), IR version 10 so every wheel down to 1.27 loads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy.typing as npt
+
+    from wheel_tests.reference import FloatArray, LoraWeights, QuantizedWeight
+
+IR_VERSION = 10
+OPSETS = (helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1))
+ELEM_TYPE: dict[type[np.floating], int] = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
+
+AdapterForm = Literal["float", "int8"]
+"""``float``: down/up as MatMul in the activation type. ``int8``: block-32 INT8 MatMulNBits."""
+Layout = Literal["original", "transposed"]
+"""``transposed``: float adapters stored offline-transposed, with a Transpose in front of each MatMul."""
+Defaults = Literal["zeros", "empty"]
+"""Adapter defaults: zeros (rank 1 for float adapters, full size for INT8) or zero-sized (needs empty weights)."""
+
+
+def _model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[onnx.ValueInfoProto],
+    outputs: Sequence[onnx.ValueInfoProto],
+    initializers: Sequence[onnx.TensorProto] = (),
+) -> bytes:
+    graph = helper.make_graph(list(nodes), "wheel_tests", list(inputs), list(outputs), list(initializers))
+    model = helper.make_model(graph, opset_imports=list(OPSETS), ir_version=IR_VERSION)
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())
+
+
+def _tensor(name: str, array: npt.NDArray[np.generic]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.ascontiguousarray(array), name)
+
+
+def _nbits_node(
+    name: str, a: str, w: QuantizedWeight, out: str, *, bias: str = "", zero_points: str = ""
+) -> onnx.NodeProto:
+    inputs = [a, f"{name}.B", f"{name}.scales", zero_points, "", bias]
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return helper.make_node(
+        "MatMulNBits",
+        inputs,
+        [out],
+        name=name,
+        domain="com.microsoft",
+        K=w.k,
+        N=w.n,
+        bits=w.bits,
+        block_size=w.block,
+    )
+
+
+def _nbits_initializers(name: str, w: QuantizedWeight) -> list[onnx.TensorProto]:
+    tensors = [_tensor(f"{name}.B", w.packed), _tensor(f"{name}.scales", w.scales)]
+    if w.zero_points is not None:
+        tensors.append(_tensor(f"{name}.zero_points", w.zero_points))
+    return tensors
+
+
+def matmul_nbits(w: QuantizedWeight, *, dtype: type[np.floating], bias: FloatArray | None = None) -> bytes:
+    """Y = A @ dequant(B) (+ bias), A of shape (M, K) with M dynamic."""
+    initializers = _nbits_initializers("proj", w)
+    if bias is not None:
+        initializers.append(_tensor("proj.bias", bias.astype(dtype)))
+    node = _nbits_node(
+        "proj",
+        "A",
+        w,
+        "Y",
+        bias="proj.bias" if bias is not None else "",
+        zero_points="proj.zero_points" if w.zero_points is not None else "",
+    )
+    elem = ELEM_TYPE[dtype]
+    return _model(
+        [node],
+        [helper.make_tensor_value_info("A", elem, ["M", w.k])],
+        [helper.make_tensor_value_info("Y", elem, ["M", w.n])],
+        initializers,
+    )
+
+
+def matmul_nbits_empty_b(*, k: int, n: int, bits: int, dtype: type[np.floating], bias: FloatArray | None) -> bytes:
+    """MatMulNBits whose packed B is zero-sized on the N axis: logically an all-zero weight."""
+    blob = 32 * bits // 8
+    initializers = [
+        _tensor("proj.B", np.zeros((0, k // 32, blob), np.uint8)),
+        _tensor("proj.scales", np.ones(n * k // 32, dtype)),
+    ]
+    if bias is not None:
+        initializers.append(_tensor("proj.bias", bias.astype(dtype)))
+    node = helper.make_node(
+        "MatMulNBits",
+        ["A", "proj.B", "proj.scales", "", "", "proj.bias"] if bias is not None else ["A", "proj.B", "proj.scales"],
+        ["Y"],
+        name="proj",
+        domain="com.microsoft",
+        K=k,
+        N=n,
+        bits=bits,
+        block_size=32,
+    )
+    elem = ELEM_TYPE[dtype]
+    return _model(
+        [node],
+        [helper.make_tensor_value_info("A", elem, ["M", k])],
+        [helper.make_tensor_value_info("Y", elem, ["M", n])],
+        initializers,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class QloraSpec:
+    k: int
+    n: int
+    rank: int
+    dtype: type[np.floating]
+    form: AdapterForm
+    layout: Layout = "original"
+    defaults: Defaults = "zeros"
+
+
+def adapter_tensors(spec: QloraSpec, adapter: LoraWeights) -> dict[str, npt.NDArray[np.generic]]:
+    """The graph inputs an adapter overrides, by name, in the model's storage layout."""
+    if spec.form == "int8":
+        from wheel_tests.reference import QuantizedWeight  # noqa: PLC0415 - runtime use of a type import
+
+        assert isinstance(adapter.down, QuantizedWeight)
+        assert isinstance(adapter.up, QuantizedWeight)
+        return {
+            "lora_down.B": adapter.down.packed,
+            "lora_down.scales": adapter.down.scales,
+            "lora_up.B": adapter.up.packed,
+            "lora_up.scales": adapter.up.scales,
+        }
+    down, up = np.asarray(adapter.down, spec.dtype), np.asarray(adapter.up, spec.dtype)
+    if spec.layout == "transposed":
+        return {"lora_down.weight": np.ascontiguousarray(down.T), "lora_up.weight": np.ascontiguousarray(up.T)}
+    return {"lora_down.weight": down, "lora_up.weight": up}
+
+
+def _default_adapter(spec: QloraSpec) -> dict[str, npt.NDArray[np.generic]]:
+    """Adapter defaults that contribute nothing: zeros, or zero-sized packed weights."""
+    rank = 0 if spec.defaults == "empty" else spec.rank
+    if spec.form == "int8":
+        # N and K are attributes of MatMulNBits, so a non-empty default is full-size: packed 128
+        # (the implicit zero point) with zero scales is exactly zero.
+        return {
+            "lora_down.B": np.full((rank, spec.k // 32, 32), 128, np.uint8),
+            "lora_down.scales": np.zeros(rank * spec.k // 32, spec.dtype),
+            "lora_up.B": np.full((spec.n if rank else 0, spec.rank // 32, 32), 128, np.uint8),
+            "lora_up.scales": np.zeros(spec.n * spec.rank // 32 if rank else 0, spec.dtype),
+        }
+    rank = min(rank, 1)  # a float default needs no more than rank 1 to be a zero update
+    down = np.zeros((spec.k, rank), spec.dtype)
+    up = np.zeros((rank, spec.n), spec.dtype)
+    if spec.layout == "transposed":
+        return {"lora_down.weight": down.T.copy(), "lora_up.weight": up.T.copy()}
+    return {"lora_down.weight": down, "lora_up.weight": up}
+
+
+def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
+    """The raw pattern the patched ORT fuses: Y = MatMulNBits_int4(X) + up(down(X)).
+
+    Adapter weights are graph inputs with initializer defaults, so a LoraAdapter (or a feed)
+    overrides them by name; the defaults make the adapter a no-op.
+    """
+    elem = ELEM_TYPE[spec.dtype]
+    nodes = [_nbits_node("base", "X", base, "base_out")]
+    initializers = _nbits_initializers("base", base)
+    defaults = _default_adapter(spec)
+    if spec.form == "int8":
+        # MatMulNBits requires N and K as attributes: the INT8 form is rank-32 by construction.
+        nodes += [
+            helper.make_node(
+                "MatMulNBits",
+                ["X", "lora_down.B", "lora_down.scales"],
+                ["lora_t"],
+                name="lora_down",
+                domain="com.microsoft",
+                K=spec.k,
+                N=spec.rank,
+                bits=8,
+                block_size=32,
+            ),
+            helper.make_node(
+                "MatMulNBits",
+                ["lora_t", "lora_up.B", "lora_up.scales"],
+                ["lora_out"],
+                name="lora_up",
+                domain="com.microsoft",
+                K=spec.rank,
+                N=spec.n,
+                bits=8,
+                block_size=32,
+            ),
+        ]
+        shapes: dict[str, list[str | int | None]] = {
+            "lora_down.B": [None, spec.k // 32, 32],
+            "lora_down.scales": [None],
+            "lora_up.B": [None, spec.rank // 32, 32],
+            "lora_up.scales": [None],
+        }
+        types: dict[str, int] = {"lora_down.B": TensorProto.UINT8, "lora_up.B": TensorProto.UINT8}
+    else:
+        down, up = "lora_down.weight", "lora_up.weight"
+        if spec.layout == "transposed":
+            nodes += [
+                helper.make_node("Transpose", [down], ["lora_down.t"], name="lora_down_transpose", perm=[1, 0]),
+                helper.make_node("Transpose", [up], ["lora_up.t"], name="lora_up_transpose", perm=[1, 0]),
+            ]
+            down, up = "lora_down.t", "lora_up.t"
+            shapes = {"lora_down.weight": ["rank", spec.k], "lora_up.weight": [spec.n, "rank"]}
+        else:
+            shapes = {"lora_down.weight": [spec.k, "rank"], "lora_up.weight": ["rank", spec.n]}
+        nodes += [
+            helper.make_node("MatMul", ["X", down], ["lora_t"], name="lora_down"),
+            helper.make_node("MatMul", ["lora_t", up], ["lora_out"], name="lora_up"),
+        ]
+        types = {}
+    nodes.append(helper.make_node("Add", ["base_out", "lora_out"], ["Y"], name="lora_add"))
+    initializers += [_tensor(name, value) for name, value in defaults.items()]
+    inputs = [helper.make_tensor_value_info("X", elem, ["M", spec.k])]
+    inputs += [helper.make_tensor_value_info(name, types.get(name, elem), shape) for name, shape in shapes.items()]
+    return _model(nodes, inputs, [helper.make_tensor_value_info("Y", elem, ["M", spec.n])], initializers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PagedSpec:
+    num_heads: int
+    kv_heads: int
+    head_size: int
+    blocks: int
+    block_size: int
+    dtype: type[np.floating] = np.float16
+    qk_norm: bool = False
+    epsilon: float = 1e-6
+
+
+def paged_attention(spec: PagedSpec) -> bytes:
+    """PagedAttention with RoPE, separate Q/K/V, optional per-head Q/K RMSNorm weights as inputs."""
+    elem = ELEM_TYPE[spec.dtype]
+    d = spec.head_size
+    cache_shape = [spec.blocks, spec.block_size, spec.kv_heads, d]
+    names = ["query", "key", "value", "key_cache", "value_cache", "cumulative_sequence_length"]
+    names += ["past_seqlens", "block_table", "cos_cache", "sin_cache"]
+    inputs = [
+        helper.make_tensor_value_info("query", elem, ["T", spec.num_heads * d]),
+        helper.make_tensor_value_info("key", elem, ["T", spec.kv_heads * d]),
+        helper.make_tensor_value_info("value", elem, ["T", spec.kv_heads * d]),
+        helper.make_tensor_value_info("key_cache", elem, cache_shape),
+        helper.make_tensor_value_info("value_cache", elem, cache_shape),
+        helper.make_tensor_value_info("cumulative_sequence_length", TensorProto.INT32, ["B1"]),
+        helper.make_tensor_value_info("past_seqlens", TensorProto.INT32, ["B"]),
+        helper.make_tensor_value_info("block_table", TensorProto.INT32, ["B", "MB"]),
+        helper.make_tensor_value_info("cos_cache", elem, ["P", d // 2]),
+        helper.make_tensor_value_info("sin_cache", elem, ["P", d // 2]),
+    ]
+    attrs: dict[str, float | int] = {"num_heads": spec.num_heads, "kv_num_heads": spec.kv_heads, "do_rotary": 1}
+    if spec.qk_norm:
+        names += ["", "", "q_norm_weight", "k_norm_weight"]  # slot_mapping and head_sink unused
+        inputs += [
+            helper.make_tensor_value_info("q_norm_weight", elem, [d]),
+            helper.make_tensor_value_info("k_norm_weight", elem, [d]),
+        ]
+        attrs["qk_norm_epsilon"] = spec.epsilon
+    node = helper.make_node(
+        "PagedAttention",
+        names,
+        ["output", "key_cache_out", "value_cache_out"],
+        name="attention",
+        domain="com.microsoft",
+    )
+    node.attribute.extend(helper.make_attribute(key, value) for key, value in attrs.items())
+    outputs = [
+        helper.make_tensor_value_info("output", elem, ["T", spec.num_heads * d]),
+        helper.make_tensor_value_info("key_cache_out", elem, cache_shape),
+        helper.make_tensor_value_info("value_cache_out", elem, cache_shape),
+    ]
+    return _model([node], inputs, outputs)

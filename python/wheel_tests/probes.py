@@ -1,0 +1,159 @@
+"""Probes that may crash the process, run in a child: ``python -m wheel_tests.probes NAME --ep EP``.
+
+Stock wheels segfault on some inputs (zero-sized MatMulNBits weights), so anything that may take
+the interpreter down runs here. The child prints one JSON line; the parent reads it, or the signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, cast
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+Outcome = Literal["ok", "error", "crash", "mismatch"]
+PROBE_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeResult:
+    outcome: Outcome
+    """ok: ran and matched; error: refused with an exception; crash: killed by a signal; mismatch: wrong numbers."""
+    detail: str
+
+    def describe(self) -> str:
+        return f"{self.outcome}: {self.detail}" if self.detail else self.outcome
+
+
+def run_probe(name: str, *args: str) -> ProbeResult:
+    """Run probe ``name`` in a child interpreter and classify how it ended."""
+    argv = [sys.executable, "-m", "wheel_tests.probes", name, *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    if done.returncode < 0:
+        return ProbeResult(outcome="crash", detail=signal.Signals(-done.returncode).name)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return ProbeResult(outcome="error", detail=f"probe exited {done.returncode}: {tail}")
+    data = json.loads(lines[-1])
+    return ProbeResult(outcome=data["outcome"], detail=data["detail"])
+
+
+def _first_line(exc: BaseException) -> str:
+    """The root cause's first line: ORT's Python layer re-raises an EP failure as a CPU retry's error."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _device(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
+    """A tiny Add on the EP, CPU fallback off: does the EP have a working device?"""
+    from onnx import TensorProto, helper  # noqa: PLC0415 - the child imports what its probe needs
+
+    from wheel_tests import eps, models  # noqa: PLC0415
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y"])],
+        "device_probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[models.OPSETS[0]], ir_version=models.IR_VERSION)
+    session = eps.make_session(model.SerializeToString(), cast("eps.EpKind", ep))
+    x = np.arange(4, dtype=np.float32)
+    (y,) = session.run(None, {"x": x})
+    return ("ok", "") if np.array_equal(y, 2 * x) else ("mismatch", f"{y} != {2 * x}")
+
+
+def _empty_weight(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
+    """MatMulNBits with zero-sized packed B: the output must be zeros or the broadcast bias."""
+    from wheel_tests import eps, models, reference  # noqa: PLC0415
+
+    dtype = np.float16 if args.dtype == "fp16" else np.float32
+    k = n = 64
+    bias: reference.FloatArray | None = np.linspace(-1, 1, n).astype(dtype) if args.bias else None
+    model = models.matmul_nbits_empty_b(k=k, n=n, bits=args.bits, dtype=dtype, bias=bias)
+    session = eps.make_session(model, cast("eps.EpKind", ep))
+    (y,) = session.run(None, {"A": np.ones((3, k), dtype)})
+    expected = np.broadcast_to(bias if bias is not None else np.zeros(n, dtype), (3, n))
+    if y.shape == expected.shape and np.array_equal(y, expected):
+        return "ok", f"output {y.shape} equals {'the bias' if args.bias else 'zeros'}"
+    return "mismatch", f"output shape {y.shape}, max |y - expected| {np.abs(y - expected).max(initial=0)}"
+
+
+def _qlora_empty_defaults(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
+    """The INT8-adapter QLoRA pattern with zero-sized defaults: base-only without an adapter,
+    base + adapter with one, in the same session."""
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from wheel_tests import eps, lora, models, reference  # noqa: PLC0415
+
+    dtype = np.float16 if args.dtype == "fp16" else np.float32
+    spec = lora.spec(dtype, "int8", defaults="empty")
+    base = lora.base_weight(dtype)
+    session = eps.make_session(models.qlora(spec, base), cast("eps.EpKind", ep))
+    x = lora.activations(args.m, dtype)
+    try:
+        reference.assert_close(lora.run(session, x, None), reference.qlora(x, base, None), dtype=dtype)
+    except AssertionError as exc:
+        return "mismatch", f"adapter off: {exc}"
+    weights = lora.adapter_weights(spec, seed=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        adapter = lora.write_adapter(Path(tmp) / "a.onnx_adapter", models.adapter_tensors(spec, weights))
+        try:
+            reference.assert_close(lora.run(session, x, adapter), reference.qlora(x, base, weights), dtype=dtype)
+        except AssertionError as exc:
+            return "mismatch", f"adapter on: {exc}"
+    return "ok", "adapter off = base, adapter on = base + adapter"
+
+
+def _qk_norm(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
+    """PagedAttention with per-head Q/K RMSNorm weights against the reference (output and caches)."""
+    from wheel_tests import eps, paged  # noqa: PLC0415
+
+    inputs = paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=True)
+    session = eps.make_session(paged.model(qk_norm=True), cast("eps.EpKind", ep))
+    outputs = [np.asarray(o) for o in session.run(None, paged.feeds(inputs))]
+    try:
+        paged.check(outputs, inputs)
+    except AssertionError as exc:
+        return "mismatch", str(exc)
+    return "ok", "output and caches match the reference"
+
+
+PROBES: dict[str, Callable[[str, argparse.Namespace], tuple[Outcome, str]]] = {
+    "device": _device,
+    "empty-weight": _empty_weight,
+    "qlora-empty-defaults": _qlora_empty_defaults,
+    "qk-norm": _qk_norm,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wheel_tests.probes")
+    parser.add_argument("probe", choices=sorted(PROBES))
+    parser.add_argument("--ep", required=True)
+    parser.add_argument("--dtype", choices=["fp32", "fp16"], default="fp32")
+    parser.add_argument("--bits", type=int, choices=[4, 8], default=4)
+    parser.add_argument("--bias", action="store_true")
+    parser.add_argument("--m", type=int, default=1)
+    args = parser.parse_args(argv)
+    try:
+        outcome, detail = PROBES[args.probe](args.ep, args)
+    except Exception as exc:  # noqa: BLE001 - every refusal is a result to report
+        outcome, detail = "error", _first_line(exc)
+    print(json.dumps({"outcome": outcome, "detail": detail}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""PagedAttention with per-head Q/K RMSNorm before RoPE, against the float64 reference.
+
+Only incoming K is normalised and written to the cache; cached K and V stay bit-identical.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from wheel_tests import capabilities, eps, paged, reference
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+CASES = [
+    pytest.param((6, 4), (0, 0), id="prefill"),
+    pytest.param((3, 2), (5, 17), id="prefill-after-cache"),
+    pytest.param((1, 1), (9, 20), id="decode"),
+]
+NO_KERNEL = re.compile(r"PagedAttention|Could not find an implementation|not supported", re.IGNORECASE)
+
+
+def _run(ep: eps.EpKind, model: bytes, p: reference.PagedInputs) -> list[np.ndarray] | Exception:
+    """The outputs, or the exception with which the wheel refused the model or the run."""
+    try:
+        session = eps.make_session(model, ep)
+        return [np.asarray(o) for o in session.run(None, paged.feeds(p))]
+    except eps.SilentFallbackError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the refusal is the evidence the test checks
+        return exc
+
+
+def _assert_no_kernel_is_a_baseline(ep: eps.EpKind, error: Exception, record: Callable[[str], None]) -> None:
+    """A stock wheel may lack the kernel (CPU everywhere, WebGPU in 1.27); an ortstack build of
+    current onnxruntime has it on WebGPU, so there a refusal fails."""
+    assert NO_KERNEL.search(str(error)), str(error)
+    assert ep == "cpu" or capabilities.build_info() is None, f"{ep} refused plain PagedAttention: {error}"
+    record(f"no {ep} PagedAttention kernel: {str(error).splitlines()[0]}")
+
+
+def _plain_kernel_runs(ep: eps.EpKind) -> list[np.ndarray] | Exception:
+    return _run(ep, paged.model(qk_norm=False), paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=False))
+
+
+@pytest.mark.parametrize(("new_tokens", "past"), CASES)
+def test_paged_attention(
+    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], record_baseline: Callable[[str], None]
+) -> None:
+    p = paged.inputs(new_tokens=new_tokens, past=past, qk_norm=False)
+    result = _run(ep, paged.model(qk_norm=False), p)
+    if isinstance(result, Exception):
+        _assert_no_kernel_is_a_baseline(ep, result, record_baseline)
+        return
+    paged.check(result, p)
+
+
+@pytest.mark.parametrize(("new_tokens", "past"), CASES)
+def test_qk_norm(
+    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], record_baseline: Callable[[str], None]
+) -> None:
+    p = paged.inputs(new_tokens=new_tokens, past=past, qk_norm=True)
+    result = _run(ep, paged.model(qk_norm=True), p)
+    if not isinstance(result, Exception):
+        paged.check(result, p)
+        return
+    assert not capabilities.claimed("qk_norm"), f"the build claims Q/K norm, but: {result}"
+    if "q_norm_weight" not in capabilities.schema_inputs("PagedAttention"):
+        record_baseline(f"schema has no q_norm_weight: {str(result).splitlines()[0]}")
+        return
+    assert NO_KERNEL.search(str(result)), str(result)
+    record_baseline(f"Q/K norm refused: {str(result).splitlines()[0]}")
+
+
+@pytest.mark.parametrize(("new_tokens", "past"), CASES)
+def test_qk_norm_reference_against_the_plain_kernel(
+    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], record_baseline: Callable[[str], None]
+) -> None:
+    """The reference's norm-then-RoPE equals the EP's plain kernel fed pre-normalised Q and K.
+
+    This holds the Q/K norm reference to a real kernel even on wheels without the fused norm.
+    """
+    p = paged.inputs(new_tokens=new_tokens, past=past, qk_norm=True)
+    result = _run(ep, paged.model(qk_norm=False), paged.prenormalised(p))
+    if isinstance(result, Exception):
+        _assert_no_kernel_is_a_baseline(ep, result, record_baseline)
+        return
+    paged.check(result, p)
+    # And the norm matters: without it the reference differs from this kernel output.
+    plain = reference.paged_attention(paged.inputs(new_tokens=new_tokens, past=past, qk_norm=False))
+    with pytest.raises(AssertionError):
+        reference.assert_close(result[0], plain.output, dtype=np.float16)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -1.0])
+def test_qk_norm_epsilon_is_validated(ep: eps.EpKind, epsilon: float, record_baseline: Callable[[str], None]) -> None:
+    p = paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=True)
+    with pytest.raises(ValueError, match="epsilon must be positive"):
+        reference.paged_attention(p.__class__(**{**p.__dict__, "epsilon": epsilon}))
+    result = _run(ep, paged.model(qk_norm=True, epsilon=epsilon), p)
+    assert isinstance(result, Exception), "a non-positive epsilon was accepted"
+    if isinstance(_plain_kernel_runs(ep), Exception):
+        assert NO_KERNEL.search(str(result)), str(result)
+        record_baseline(f"no kernel to validate epsilon: {str(result).splitlines()[0]}")
+        return
+    assert "epsilon" in str(result), str(result)

@@ -1,0 +1,76 @@
+"""The raw QLoRA pattern (INT4 base + rank-32 adapter + Add) with adapters switched per run."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from wheel_tests import capabilities, eps, lora, models, reference
+from wheel_tests.probes import run_probe
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+# Pairwise over adapter form/layout, dtype and M (decode, prefill): each pair of levels appears.
+CASES = [
+    pytest.param("float", "original", np.float32, 1, id="float-original-fp32-decode"),
+    pytest.param("float", "original", np.float16, 16, id="float-original-fp16-prefill"),
+    pytest.param("float", "transposed", np.float32, 16, id="float-transposed-fp32-prefill"),
+    pytest.param("float", "transposed", np.float16, 1, id="float-transposed-fp16-decode"),
+    pytest.param("int8", "original", np.float32, 1, id="int8-fp32-decode"),
+    pytest.param("int8", "original", np.float16, 16, id="int8-fp16-prefill"),
+]
+DTYPES = [pytest.param(np.float32, id="fp32"), pytest.param(np.float16, id="fp16")]
+
+
+@pytest.mark.parametrize(("form", "layout", "dtype", "m"), CASES)
+def test_adapters_on_off_switching(
+    ep: eps.EpKind,
+    *,
+    dtype: type[np.floating],
+    form: models.AdapterForm,
+    layout: models.Layout,
+    m: int,
+    tmp_path: Path,
+) -> None:
+    spec = lora.spec(dtype, form, layout=layout)
+    base = lora.base_weight(dtype)
+    session = eps.make_session(models.qlora(spec, base), ep)
+    x = lora.activations(m, dtype)
+    weights = {name: lora.adapter_weights(spec, seed) for name, seed in (("a", 1), ("b", 2))}
+    adapters = {
+        name: lora.write_adapter(tmp_path / f"{name}.onnx_adapter", models.adapter_tensors(spec, w))
+        for name, w in weights.items()
+    }
+    expected = {name: reference.qlora(x, base, w) for name, w in weights.items()}
+    expected["off"] = reference.qlora(x, base, None)
+    # The adapters must move the output, or "on" and "off" would not be told apart.
+    for name in ("a", "b"):
+        with pytest.raises(AssertionError):
+            reference.assert_close(expected[name], expected["off"], dtype=dtype)
+    for name in ("off", "a", "off", "b", "a", "off"):
+        y = lora.run(session, x, adapters.get(name))
+        reference.assert_close(y, expected[name], dtype=dtype)
+
+
+@pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_empty_adapter_defaults(
+    ep: eps.EpKind, dtype: type[np.floating], m: int, record_baseline: Callable[[str], None]
+) -> None:
+    """INT8 adapters with zero-sized packed defaults: base-only when off, base + adapter when on.
+
+    A wheel without empty-weight MatMulNBits must refuse the model (an error or a crash, in a child
+    process); wrong numbers are a failure either way.
+    """
+    args = ["--ep", ep, "--dtype", "fp16" if dtype == np.float16 else "fp32", "--m", str(m)]
+    result = run_probe("qlora-empty-defaults", *args)
+    supported = capabilities.empty_weight_probe(ep).outcome == "ok"
+    if supported:
+        assert result.outcome == "ok", result.describe()
+    else:
+        assert result.outcome in {"error", "crash"}, result.describe()
+        record_baseline(f"empty adapter defaults refused: {result.describe()}")

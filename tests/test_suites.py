@@ -1,0 +1,108 @@
+"""Which venvs `ortstack test` makes for which wheels, and its errors. The suites themselves run
+against real wheels in CI (`nox -s test`), not here: that needs the package index."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from clirun import one_error
+from ortstack import suites
+from ortstack.errors import SuiteError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from clirun import RunOrtstack
+
+CORE = "onnxruntime_webgpu-1.32.0+stack.ab12cd-cp311-cp311-manylinux_2_28_x86_64.whl"
+CPU = "onnxruntime-1.32.0+stack.ab12cd-cp311-cp311-manylinux_2_28_x86_64.whl"
+PLUGIN = "onnxruntime_ep_webgpu-0.5.0+stack.ab12cd-py3-none-manylinux_2_28_x86_64.whl"
+
+
+def _wheels(tmp_path: Path, *names: str) -> list[Path]:
+    paths = [tmp_path / name for name in names]
+    for path in paths:
+        path.write_bytes(b"not a real wheel")
+    return paths
+
+
+def test_without_wheels_the_stock_baselines_are_planned() -> None:
+    sets = suites.plan([], ["all"])
+    assert [s.requirements for s in sets] == [
+        (suites.CPU_BASELINE, suites.PLUGIN_BASELINE),
+        (suites.WEBGPU_BASELINE,),
+    ]
+    assert [s.eps for s in sets] == [("cpu", "plugin"), ("webgpu",)]
+    assert all(s.baseline for s in sets)
+
+
+@pytest.mark.parametrize(
+    ("asked", "requirements"),
+    [
+        (["cpu"], [(suites.CPU_BASELINE, suites.PLUGIN_BASELINE)]),
+        (["webgpu"], [(suites.WEBGPU_BASELINE,)]),
+        (["plugin", "webgpu"], [(suites.CPU_BASELINE, suites.PLUGIN_BASELINE), (suites.WEBGPU_BASELINE,)]),
+    ],
+)
+def test_baselines_follow_the_eps_asked_for(asked: list[str], requirements: list[tuple[str, ...]]) -> None:
+    assert [s.requirements for s in suites.plan([], asked)] == requirements
+
+
+def test_each_core_wheel_gets_its_own_venv_and_the_plugin_joins_each(tmp_path: Path) -> None:
+    core, cpu, plugin = _wheels(tmp_path, CORE, CPU, PLUGIN)
+    sets = suites.plan([core, cpu, plugin], ["all"])
+    assert [s.requirements for s in sets] == [(str(core), str(plugin)), (str(cpu), str(plugin))]
+    assert all(s.eps == ("cpu", "webgpu", "plugin") and not s.baseline for s in sets)
+
+
+def test_a_plugin_wheel_alone_runs_on_the_stock_cpu_core(tmp_path: Path) -> None:
+    (plugin,) = _wheels(tmp_path, PLUGIN)
+    (only,) = suites.plan([plugin], ["plugin"])
+    assert only.requirements == (suites.CPU_BASELINE, str(plugin))
+    assert only.eps == ("plugin",)
+
+
+def test_newest_wheel_of_each_distribution(tmp_path: Path) -> None:
+    old, new, plugin = _wheels(tmp_path, CORE, CORE.replace("1.32.0", "1.32.1"), PLUGIN)
+    os.utime(old, (1_000, 1_000))
+    os.utime(new, (2_000, 2_000))
+    assert suites.newest_wheels(tmp_path) == sorted([new, plugin])
+    assert suites.newest_wheels(tmp_path / "missing") == []
+
+
+def test_a_missing_wheel_is_a_suite_error(tmp_path: Path) -> None:
+    with pytest.raises(SuiteError, match="wheel not found") as caught:
+        suites.plan([tmp_path / CORE], ["all"])
+    assert caught.value.exit_code == 7
+
+
+def test_cli_reports_a_bad_wheel_name_in_one_line(run_ortstack: RunOrtstack, tmp_path: Path) -> None:
+    (bad,) = _wheels(tmp_path, "not-a-wheel.whl")
+    line = one_error(run_ortstack("test", "--wheel", bad, cwd=tmp_path), 7)
+    assert "is not a wheel file name" in line
+
+
+def test_genai_runs_in_its_own_venv_beside_the_cpu_core() -> None:
+    sets = suites.with_genai(suites.plan([], ["all"]))
+    genai = sets[-1]
+    assert genai.marker == "genai"
+    assert genai.requirements == (suites.CPU_BASELINE, suites.PLUGIN_BASELINE)
+    assert set(suites.GENAI_REQUIREMENTS) <= set(genai.extra_requirements)
+    assert all(s.marker == "not genai" for s in sets[:-1])
+
+
+def test_genai_needs_a_cpu_core() -> None:
+    with pytest.raises(SuiteError, match="genai"):
+        suites.with_genai(suites.plan([], ["webgpu"]))
+
+
+def test_junit_counts_name_tests_not_run(tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest" tests="10" skipped="4" failures="1" errors="1"/></testsuites>'
+    )
+    assert suites._junit_counts(report) == "4 passed, 4 not run, 2 failed"
+    assert suites._junit_counts(tmp_path / "missing.xml") == ""
