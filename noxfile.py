@@ -80,10 +80,17 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(requires=["lint"])
 def test(session: nox.Session) -> None:
-    """Lint, run the orchestrator's tests (args go to pytest), then the wheel suites on every EP."""
+    """Lint, the orchestrator's tests, then the wheel suites (args go to `ortstack test`, e.g. --ep cpu)."""
+    _install_ortstack(session, "test")
+    session.run("pytest")
+    session.run("ortstack", "test", *(session.posargs or ["--ep", "all"]))
+
+
+@nox.session(reuse_venv=True)
+def selftest(session: nox.Session) -> None:
+    """Only the orchestrator's own tests (args go to pytest, e.g. tests/test_fetch.py -k warm)."""
     _install_ortstack(session, "test")
     session.run("pytest", *session.posargs)
-    session.run("ortstack", "test", "--ep", "all")
 
 
 @nox.session(name="test-genai", default=False)

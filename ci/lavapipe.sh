@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Linux only (Debian bookworm): install lavapipe, Mesa's software Vulkan driver, so the WebGPU
+# Linux only (Debian, Ubuntu): install lavapipe, Mesa's software Vulkan driver, so the WebGPU
 # execution provider (Dawn -> Vulkan) runs on a machine without a GPU.
 #
 # Bookworm's own Mesa 22.3 is rejected by Dawn (it lacks shaderUniform*ArrayDynamicIndexing);
-# bookworm-backports carries Mesa 25, which works.
+# bookworm-backports carries Mesa 25, which works; newer distributions' own Mesa works too.
 #
 # Usage:  ci/lavapipe.sh            installs (as root or through sudo), then prints the environment
 #         eval "$(ci/lavapipe.sh)"  installs and exports the environment into the current shell
@@ -15,23 +15,31 @@ if [[ "$(uname -s)" != Linux ]]; then
   echo "ci/lavapipe.sh: Linux only; on this system WebGPU needs a real GPU driver" >&2
   exit 2
 fi
-if ! grep -q 'VERSION_CODENAME=bookworm' /etc/os-release; then
-  echo "ci/lavapipe.sh: written for Debian bookworm; install Mesa >= 24 with lavapipe by other means" >&2
-  exit 2
-fi
-
 SUDO=()
 if [[ "$(id -u)" != 0 ]]; then
   SUDO=(sudo)
 fi
+install() {
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "$@" >&2
+}
 
 ICD=/usr/share/vulkan/icd.d/lvp_icd.json
-if [[ ! -f "$ICD" ]] || ! dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | grep -q '~bpo12'; then
-  echo 'deb http://deb.debian.org/debian bookworm-backports main' \
-    | "${SUDO[@]}" tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+if grep -q 'VERSION_CODENAME=bookworm' /etc/os-release; then
+  if [[ ! -f "$ICD" ]] || ! dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | grep -q '~bpo12'; then
+    echo 'deb http://deb.debian.org/debian bookworm-backports main' \
+      | "${SUDO[@]}" tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+    "${SUDO[@]}" apt-get update -qq >&2
+    install -t bookworm-backports mesa-vulkan-drivers libvulkan1
+  fi
+elif [[ ! -f "$ICD" ]]; then
+  # Newer Debian and Ubuntu 24.04+ ship a Mesa that Dawn accepts (24 or newer).
   "${SUDO[@]}" apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
-    -t bookworm-backports mesa-vulkan-drivers libvulkan1 >&2
+  install mesa-vulkan-drivers libvulkan1
+fi
+mesa_major=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers | sed -E 's/^([0-9]+:)?([0-9]+).*/\2/')
+if (( mesa_major < 24 )); then
+  echo "ci/lavapipe.sh: Mesa $mesa_major is too old for Dawn (it needs 24 or newer)" >&2
+  exit 2
 fi
 
 SHADER_CACHE="${MESA_SHADER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ortstack/mesa-shaders}"
