@@ -2,7 +2,7 @@
 
 ``LoopbackServer`` is a ``ThreadingHTTPServer`` on 127.0.0.1 that serves registered routes, counts
 requests per path, honours ``Range`` (206) and can be told to misbehave (wrong bytes, a truncated
-file, a dropped connection, 404, 503). ``publish_upstream`` renders ``tests/packages/mini_ort`` into
+file, a dropped connection, 404, 503, a slow trickle). ``publish_upstream`` renders ``tests/packages/mini_ort`` into
 a folder, commits it with a fixed author and date, and publishes it as a bare repository reachable by
 ``file://`` (``uploadpack.allowAnySHA1InWant``, the way GitHub serves any commit by id) and as a
 GitHub-style ``.tar.gz`` (top folder ``onnxruntime-<commit>/``) on the server.
@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,6 +70,13 @@ class Fault(enum.Enum):
     """404."""
     SERVER_ERROR = "server-error"
     """503, which clients should retry."""
+    SLOW = "slow"
+    """The right bytes, a small piece at a time (``SLOW_PIECE`` every ``SLOW_PAUSE`` seconds), so a
+    test can interrupt the client in the middle of the transfer."""
+
+
+SLOW_PIECE = 512
+SLOW_PAUSE = 0.05
 
 
 @dataclass(kw_only=True)
@@ -124,7 +132,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = bytes(b ^ 0x5A for b in body)
         elif fault is Fault.TRUNCATED:
             body = body[: len(body) // 2]
-        self._send(body, range_header if state.range_support else None, drop=fault is Fault.DROP)
+        self._send(
+            body, range_header if state.range_support else None, drop=fault is Fault.DROP, slow=fault is Fault.SLOW
+        )
 
     def _body(self, path: str) -> bytes | None:
         route = self.server.state.routes.get(path)
@@ -145,7 +155,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send(self, body: bytes, range_header: str | None, *, drop: bool) -> None:
+    def _send(self, body: bytes, range_header: str | None, *, drop: bool, slow: bool = False) -> None:
         start = 0
         match = re.fullmatch(r"bytes=(\d+)-", range_header or "")
         if match and int(match.group(1)) < len(body):
@@ -171,7 +181,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
+        if slow:
+            self._trickle(payload)
+            return
         self.wfile.write(payload)
+
+    def _trickle(self, payload: bytes) -> None:
+        try:
+            for start in range(0, len(payload), SLOW_PIECE):
+                self.wfile.write(payload[start : start + SLOW_PIECE])
+                self.wfile.flush()
+                time.sleep(SLOW_PAUSE)
+        except (BrokenPipeError, ConnectionResetError):  # the client was interrupted: what the test wants
+            self.close_connection = True
 
 
 class _Server(http.server.ThreadingHTTPServer):

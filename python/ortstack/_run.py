@@ -6,6 +6,7 @@ import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -107,6 +108,8 @@ def _run_logged(
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
+            # Its own process group, so an interrupt can stop the compilers it starts as well.
+            start_new_session=sys.platform != "win32",
         ) as process,
     ):
 
@@ -122,8 +125,26 @@ def _run_logged(
         # command exits: wait for the command, not for the end of its output.
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        returncode = process.wait()
+        try:
+            returncode = process.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: stop the command rather than wait an hour for it
+            _stop(process)
+            raise
         reader.join(timeout=2)
     if check and returncode:
         raise subprocess.CalledProcessError(returncode, args)
     return subprocess.CompletedProcess(args, returncode)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """Terminate ``process`` and everything it started (its process group; on Windows the process)."""
+    if sys.platform == "win32":
+        process.terminate()
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import __version__, _run, deps, log, prepare, series, toolchain, variants, wheel
+from ortstack import __version__, _run, deps, diskspace, log, prepare, series, toolchain, variants, wheel
 from ortstack.buildinfo import BuildInfo, PatchInfo
 from ortstack.errors import BuildError, FetchError
 
@@ -232,6 +232,7 @@ def _build(
         seconds = (datetime.now(UTC) - start).total_seconds()
         return BuildResult(variant=variant.name, wheels=existing, up_to_date=True, seconds=seconds)
 
+    diskspace.check("build", build_dir, settings.env)
     _check_sources(dependencies, mirror, variant_defines, request)
     info = BuildInfo(
         ort_version=ort_version,

@@ -144,7 +144,9 @@ def remove_tree(path: Path) -> None:
     if not path.exists():
         return
 
-    def make_writable_and_retry(function: Any, failed: str, _info: Any) -> None:
+    def make_writable_and_retry(function: Any, failed: str, info: Any) -> None:
+        if isinstance(info[1], FileNotFoundError):  # gone meanwhile (a lock file of an interrupted git)
+            return
         os.chmod(failed, stat.S_IWRITE | stat.S_IREAD | stat.S_IEXEC)  # noqa: PTH101 - shutil hands a str
         function(failed)
 

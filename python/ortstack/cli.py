@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 from ortstack import __version__, log, settings
-from ortstack.errors import EXIT_CODES, OrtstackError
+from ortstack.errors import EXIT_CODES, INTERRUPTED, TERMINATED, OrtstackError, Terminated
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -94,8 +95,17 @@ def main_inner(argv: Sequence[str] | None) -> int:
     return verbs[args.verb].main(args, config)
 
 
+_RESUME_TIP = "run the same command again: finished work is kept and the step resumes"
+
+
+def _raise_terminated(_signum: int, _frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug-traceback" in (sys.argv[1:] if argv is None else argv)
+    # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so temporary work is removed on the way out.
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return main_inner(argv)
     except OrtstackError as exc:
@@ -104,5 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error(exc.message, exc.tip)
         return exc.exit_code
     except KeyboardInterrupt:
-        log.error("interrupted")
-        return 130
+        log.error("interrupted", _RESUME_TIP)
+        return INTERRUPTED
+    except Terminated:
+        log.error("terminated", _RESUME_TIP)
+        return TERMINATED
+    finally:
+        signal.signal(signal.SIGTERM, previous)

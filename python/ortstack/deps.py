@@ -12,6 +12,7 @@ configures. ``dawn_third_party_missing`` finds those before anything is compiled
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import zipfile
@@ -21,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ortstack import fetch
+from ortstack import diskspace, download, fetch
 from ortstack.errors import ConfigError, FetchError
 
 if TYPE_CHECKING:
@@ -93,23 +94,39 @@ def dawn_revision(dependencies: list[Dependency]) -> str:
     return ""
 
 
+def _in_mirror(target: Path, sha1: str, cache: Cache) -> bool:
+    """``target`` holds the file with ``sha1``: the cache's own copy linked there, or the same bytes.
+
+    The mirror is laid out by URL, so a pin that changes its sha1 but keeps its URL must not be
+    served what the old pin named.
+    """
+    if not target.is_file():
+        return False
+    cached = cache.archives / f"sha1-{sha1}"
+    if cached.is_file() and target.samefile(cached):
+        return True
+    return download.digest_of(target, "sha1") == sha1
+
+
 def _fetch_one(dependency: Dependency, mirror: Path, cache: Cache) -> str:
     target = dependency.mirror_path(mirror)
-    if target.is_file():
-        return "in mirror"
     # The content-addressed cache verifies the sha1; the mirror only links to what it holds.
     if not dependency.sha1:
         msg = f"deps.txt entry {dependency.name} has no sha1 to verify {dependency.url} against"
         raise FetchError(msg, tip="onnxruntime pins every dependency by sha1; check the deps.txt line")
+    if _in_mirror(target, dependency.sha1, cache):
+        return "in mirror"
     cached = fetch.cached_download(cache, dependency.url, digest=dependency.sha1, algorithm="sha1")
     target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.with_name(target.name + ".tmp")
+    staged = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # runs sharing the mirror stage apart
     staged.unlink(missing_ok=True)
     try:
         staged.hardlink_to(cached)
     except OSError:  # another file system, or no hard links there
         shutil.copyfile(cached, staged)
     staged.replace(target)
+    # Renaming a link onto a link of the same file (another run got there first) leaves both names.
+    staged.unlink(missing_ok=True)
     return "downloaded"
 
 
@@ -166,6 +183,8 @@ def mirror_for(settings: Settings, source_dir: Path, stack: Stack) -> str:
     """Mirror the deps.txt of the pin and of every prepared tree (a patch may change deps.txt)."""
     trees = [source_dir] + [settings.work_dir / "prepared" / v.name for v in stack.variants]
     wanted = {dep.url: dep for tree in trees if (tree / DEPS_FILE).is_file() for dep in read(tree)}
+    if missing_from_mirror(list(wanted.values()), mirror_path(settings)):
+        diskspace.check("deps", mirror_path(settings), settings.env)
     outcomes = mirror_all(list(wanted.values()), mirror_path(settings), fetch.cache_for(settings))
     fetched = sum(1 for outcome in outcomes.values() if outcome == "downloaded")
     return f"{len(outcomes)} deps.txt entries in {mirror_path(settings)} ({fetched} downloaded now)"

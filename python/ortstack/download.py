@@ -93,7 +93,7 @@ def _transfer(url: str, part: Path, timeout: float) -> None:
             out.seek(start)
             out.truncate()
             task = progress.add_task(url.rsplit("/", 1)[-1], total=total, completed=start)
-            while chunk := response.read(CHUNK):
+            while chunk := response.read1(CHUNK):  # what has arrived: an interrupt keeps it
                 out.write(chunk)
                 received += len(chunk)
                 progress.advance(task, len(chunk))

@@ -13,8 +13,12 @@ Exit codes (also documented in README.md and ``ortstack --help``):
 7   test or benchmark suite error
 8   another ortstack process holds the lock (``--no-wait``)
 9   not enough disk space for the step
-130 interrupted (Ctrl-C)
+130 interrupted (Ctrl-C, SIGINT)
+143 terminated (SIGTERM)
 ==  ===========================================================
+
+An interrupted step keeps what it finished (verified downloads, the previous prepared tree and
+``dist/``) and removes its temporary work; running the same command again resumes or redoes it.
 """
 
 from __future__ import annotations
@@ -84,6 +88,16 @@ class DiskSpaceError(OrtstackError):
     exit_code = 9
 
 
+INTERRUPTED = 130
+"""128 + SIGINT, the shell's code for Ctrl-C."""
+TERMINATED = 143
+"""128 + SIGTERM."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived; raised like ``KeyboardInterrupt`` so ``finally`` blocks clean up."""
+
+
 EXIT_CODES: dict[int, str] = {
     0: "success",
     1: "unexpected internal error",
@@ -95,5 +109,6 @@ EXIT_CODES: dict[int, str] = {
     SuiteError.exit_code: "test or benchmark suite failed",
     LockBusyError.exit_code: "lock held by another ortstack process",
     DiskSpaceError.exit_code: "not enough disk space",
-    130: "interrupted",
+    INTERRUPTED: "interrupted (Ctrl-C, SIGINT)",
+    TERMINATED: "terminated (SIGTERM)",
 }

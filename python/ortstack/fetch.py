@@ -216,15 +216,19 @@ def cached_download(cache: Cache, url: str, *, digest: str, algorithm: str = "sh
     """The file at ``url`` whose ``algorithm`` digest is ``digest``, from the cache or downloaded and verified.
 
     Kept as ``archives/<digest><suffix>`` (sha256) or ``archives/<algorithm>-<digest><suffix>``;
-    a file already there is returned without network I/O.
+    a file already there is checked against its digest (disks and people damage caches) and returned
+    without network I/O; a damaged one is downloaded again.
     """
     name = digest if algorithm == "sha256" else f"{algorithm}-{digest}"
     final = cache.archives / f"{name}{suffix}"
-    if final.is_file():
+    if final.is_file() and download.digest_of(final, algorithm) == digest:
         return final
     with cache.lock(f"archive-{name}", what=f"the download of {url}"):
         if final.is_file():
-            return final
+            if download.digest_of(final, algorithm) == digest:
+                return final  # another run just put it there
+            log.warn(f"{final} no longer has {algorithm} {digest} (damaged in the cache); downloading it again")
+            final.unlink()
         part = final.with_name(final.name + ".part")
         download.download(url, part)
         found = download.digest_of(part, algorithm)

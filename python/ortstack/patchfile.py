@@ -17,13 +17,14 @@ as its last paragraph, so a patch applied as a commit and exported again keeps i
     ---
     diff --git a/... b/...
 
-The diff is validated (hunk headers, hunk lengths, paths that stay inside the tree) before any
+The diff is validated (hunk headers, hunk lengths, paths and links that stay inside the tree) before any
 patch is applied.
 """
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
@@ -167,6 +168,19 @@ def _diff_paths(diff: str) -> list[str]:
     return paths
 
 
+def _added_links(diff: str) -> list[tuple[str, str]]:
+    """(path, target) of every symbolic link (git mode 120000) the diff creates or rewrites."""
+    links: list[tuple[str, str]] = []
+    for section in re.split(r"^(?=diff --git )", diff, flags=re.MULTILINE):
+        if not re.search(r"^new (file )?mode 120000$", section, flags=re.MULTILINE):
+            continue
+        path = re.search(r"^\+\+\+ b/(.+)$", section, flags=re.MULTILINE)
+        target = re.search(r"^\+(?!\+\+ )(.*)$", section, flags=re.MULTILINE)
+        if path and target:
+            links.append((path.group(1), target.group(1)))
+    return links
+
+
 def validate(patch: PatchFile, name: str) -> PatchSet:
     """Reject a diff that is malformed or reaches outside the tree; return its parsed hunks."""
     for number, line in enumerate(patch.diff.splitlines(), start=1):
@@ -182,6 +196,11 @@ def validate(patch: PatchFile, name: str) -> PatchSet:
         if not _safe_path(path):
             msg = f"patch {name} touches {path!r}, outside the source tree"
             raise PatchError(msg, tip="a patch may only name relative paths inside the tree")
+    for link, target in _added_links(patch.diff):
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(link), target))
+        if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
+            msg = f"patch {name} makes {link!r} a link to {target!r}, outside the source tree"
+            raise PatchError(msg, tip="a patch may only add links that point inside the tree")
     if not len(parsed) and "GIT binary patch" not in patch.diff:
         msg = f"patch {name} changes no file"
         raise PatchError(msg, tip="check that the file holds a git diff")

@@ -363,7 +363,9 @@ def prepare(
             _swap(new, target)
             failure_file(target).unlink(missing_ok=True)
         except BaseException:
-            if new.exists():
+            try:
                 remove_tree(new)
+            except OSError as exc:  # a git the interrupt cut off may still be writing there
+                log.warn(f"could not remove {new} ({exc}); the next run removes it")
             raise
     return prepared
