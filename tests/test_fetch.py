@@ -398,7 +398,7 @@ def test_lock_held_by_another_process(
     (cache_dir / "locks").mkdir(parents=True)
     with holder:
         line = one_error(run_ortstack("fetch", "--stack", stack, "--cache-dir", cache_dir, "--no-wait"), 8)
-        assert f"another ortstack process is working on the source of {upstream.commit[:12]}" in line
+        assert f"another ortstack run is working on the source of {upstream.commit[:12]}" in line
 
         log_file = tmp_path / "waiting.log"
         with log_file.open("w") as stderr:
@@ -409,7 +409,7 @@ def test_lock_held_by_another_process(
                 stderr=stderr,
             )
             deadline = time.monotonic() + 60
-            while "waiting for another ortstack process" not in log_file.read_text():
+            while "waiting for another ortstack run" not in log_file.read_text():
                 assert waiting.poll() is None, log_file.read_text()
                 assert time.monotonic() < deadline, log_file.read_text()
                 time.sleep(0.1)

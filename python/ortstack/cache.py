@@ -25,10 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import filelock
-
-from ortstack import log
-from ortstack.errors import LockBusyError
+from ortstack import locks
 from ortstack.lockfile import write_atomic
 
 if TYPE_CHECKING:
@@ -83,19 +80,8 @@ class Cache:
         """Hold the lock of ``artifact``; ``what`` says in messages what it guards."""
         self.ensure()
         path = self.lock_path(artifact)
-        guard = filelock.FileLock(path)
-        try:
-            guard.acquire(timeout=0)
-        except filelock.Timeout:
-            if not self.wait_for_lock:
-                msg = f"another ortstack process is working on {what} (lock {path})"
-                raise LockBusyError(msg, tip="wait for it to finish, or run again without --no-wait") from None
-            log.info(f"waiting for another ortstack process working on {what} (lock {path})")
-            guard.acquire()
-        try:
+        with locks.hold(path, wait=self.wait_for_lock, what=f"working on {what} (lock {path})"):
             yield
-        finally:
-            guard.release()
 
     def source_record(self, commit: str) -> dict[str, Any] | None:
         """The marker of a complete source tree, or ``None`` when the tree is absent or incomplete."""

@@ -26,11 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from filelock import FileLock, Timeout
-
-from ortstack import _git, diskspace, log, patchfile, series
+from ortstack import _git, diskspace, locks, log, patchfile, series
 from ortstack.cache import remove_tree
-from ortstack.errors import LockBusyError, PatchError
+from ortstack.errors import PatchError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -113,20 +111,8 @@ def write_state(prepared: Prepared, tree: Path) -> None:
 @contextmanager
 def locked(path: Path, *, wait: bool, what: str = "preparing") -> Iterator[None]:
     """Hold ``<path>.lock``; say so while waiting for another run, or fail at once when ``wait`` is off."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(f"{path}.lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        if not wait:
-            msg = f"another ortstack run is {what} {path}"
-            raise LockBusyError(msg, tip="wait for it to finish, or run without --no-wait") from None
-        log.info(f"waiting for another ortstack run {what} {path}")
-        lock.acquire()
-    try:
+    with locks.hold(Path(f"{path}.lock"), wait=wait, what=f"{what} {path}"):
         yield
-    finally:
-        lock.release()
 
 
 def unsaved_work(tree: Path, state: Prepared, env: Mapping[str, str]) -> str:
