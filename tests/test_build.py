@@ -206,6 +206,15 @@ def test_a_second_build_with_nothing_changed_returns_the_same_wheels(built: Proj
     assert built.wheels() == before
 
 
+def test_status_lists_each_variant_with_its_wheel(built: Project, upstream: Upstream) -> None:
+    stderr = assert_ok(built.ortstack("status"))
+    table = stderr[stderr.index("variants and wheels") :]
+    for name in built.wheels():
+        assert name in table
+    assert table.count(f"on {upstream.commit[:12]}") == 3
+    assert "not built" not in table
+
+
 def test_a_failed_compile_leaves_dist_untouched(built: Project) -> None:
     before = built.wheels()
     tree = built.work / "prepared" / "plugin"

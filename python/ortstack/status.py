@@ -46,6 +46,7 @@ SECTIONS: tuple[str, ...] = (
     "ortstack.status:pin_section",
     "ortstack.status:cache_section",
     "ortstack.patch_status:section",
+    "ortstack.build_status:section",
 )
 
 
