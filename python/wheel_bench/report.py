@@ -298,6 +298,13 @@ def _output_note(outputs: dict[tuple[str, str], set[str]], wheel: str, case: dic
     return "same as adapter off" if on == off else "differs from adapter off"
 
 
+def _name_wheels(fig: Any, document: dict[str, Any]) -> None:
+    """Say under the plots which wheel each legend letter stands for."""
+    names = "    ".join(f"{w['id']}: {w['label']}" for w in document["wheels"])
+    fig.text(0.5, 0.01, names, ha="center", fontsize=8)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+
+
 def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib as mpl  # noqa: PLC0415 - only the report needs matplotlib
 
@@ -323,12 +330,13 @@ def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
             floor = next((r["floor_us"] for r in rows if r["variant"] == "base"), None)
             if floor:
                 ax.axhline(floor, color="gray", linestyle="--", linewidth=1, label="base floor")
-            ax.set_xticks([x + width * (len(wheels) - 1) / 2 for x in range(len(variants))], variants)
+            ticks = [x + width * (len(wheels) - 1) / 2 for x in range(len(variants))]
+            ax.set_xticks(ticks, variants, rotation=20, ha="right")
             ax.set_title(f"M={m}")
             ax.set_ylabel("µs per layer")
             ax.legend()
         fig.suptitle("MatMulNBits chain, per-layer time" + suffix)
-        fig.tight_layout()
+        _name_wheels(fig, document)
         path = out_dir / "ops.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -348,7 +356,7 @@ def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
             ax.set_xlabel(label)
             ax.legend()
         fig.suptitle("onnxruntime-genai decoder" + suffix)
-        fig.tight_layout()
+        _name_wheels(fig, document)
         path = out_dir / "genai.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
