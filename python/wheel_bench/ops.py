@@ -29,6 +29,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from wheel_bench.genai_model import export_adapter
+
 if TYPE_CHECKING:
     from wheel_bench.ep import EpSetup
 
@@ -167,14 +169,10 @@ def measure(setup: EpSetup, case: OpCase, *, warmups: int, requests: int) -> dic
     run_options = ort.RunOptions()
     if adapter:
         with tempfile.TemporaryDirectory() as tmp:
-            path = str(Path(tmp) / "chain.onnx_adapter")
-            writer = ort.AdapterFormat()
-            writer.set_adapter_version(1)
-            writer.set_model_version(1)
-            writer.set_parameters({name: ort.OrtValue.ortvalue_from_numpy(v) for name, v in adapter.items()})
-            writer.export_adapter(path)
+            path = Path(tmp) / "chain.onnx_adapter"
+            export_adapter(path, adapter)
             lora = ort.LoraAdapter()
-            lora.Load(path)
+            lora.Load(str(path))
         run_options.add_active_adapter(lora)
     start = time.perf_counter()
     session.run(None, feeds, run_options)

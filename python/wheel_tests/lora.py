@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnxruntime as ort
 
+from wheel_bench.genai_model import export_adapter
 from wheel_tests import models, reference
 
 if TYPE_CHECKING:
@@ -35,15 +36,6 @@ def adapter_weights(s: models.QloraSpec, seed: int) -> reference.LoraWeights:
             up=reference.quantize(up, bits=8, zero_points=False, dtype=s.dtype),
         )
     return reference.LoraWeights(down=down.astype(s.dtype), up=up.astype(s.dtype))
-
-
-def export_adapter(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """Write an ``.onnx_adapter`` file with AdapterFormat."""
-    fmt = ort.AdapterFormat()
-    fmt.set_adapter_version(1)
-    fmt.set_model_version(1)
-    fmt.set_parameters({name: ort.OrtValue.ortvalue_from_numpy(value) for name, value in tensors.items()})
-    fmt.export_adapter(str(path))
 
 
 def write_adapter(path: Path, tensors: dict[str, np.ndarray]) -> ort.LoraAdapter:
