@@ -7,6 +7,7 @@ The cache lives in ``$WHEEL_TESTS_CACHE`` (``ortstack test`` points it into its 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -25,8 +26,10 @@ CORPUS = [
 
 
 def cache_root() -> Path:
+    """Keyed by the code that makes the models, so a change to it never reuses an older build."""
     default = Path.home() / ".cache" / "ortstack" / "wheel-tests"
-    return Path(os.environ.get("WHEEL_TESTS_CACHE", default)) / "genai"
+    recipe = hashlib.sha256(Path(__file__).read_bytes() + Path(steps.__file__).read_bytes()).hexdigest()[:12]
+    return Path(os.environ.get("WHEEL_TESTS_CACHE", default)) / f"genai-{recipe}"
 
 
 def hf_model() -> Path:
