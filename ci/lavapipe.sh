@@ -26,7 +26,14 @@ install() {
 ICD=/usr/share/vulkan/icd.d/lvp_icd.json
 if grep -q 'VERSION_CODENAME=bookworm' /etc/os-release; then
   if [[ ! -f "$ICD" ]] || ! dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null | grep -q '~bpo12'; then
-    echo 'deb http://deb.debian.org/debian bookworm-backports main' \
+    # Backports from the same Debian mirror the machine already uses.
+    mirror=$({ grep -rhoE '(URIs:|^deb)[[:space:]]+[^[:space:]]+/debian/?([[:space:]]|$)' \
+      /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null || true; } | awk 'NR == 1 {print $2}')
+    if [[ -z "$mirror" ]]; then
+      echo "ci/lavapipe.sh: no Debian mirror found in the apt sources to take bookworm-backports from" >&2
+      exit 2
+    fi
+    echo "deb $mirror bookworm-backports main" \
       | "${SUDO[@]}" tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
     "${SUDO[@]}" apt-get update -qq >&2
     install -t bookworm-backports mesa-vulkan-drivers libvulkan1
