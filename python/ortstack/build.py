@@ -311,7 +311,8 @@ def _compile(
         argv += [str(staging), "--outdir", str(raw_dir), f"--config-setting=build-dir={build_dir.as_posix()}"]
         argv += [f"--config-setting=cmake.define.{k}={v}" for k, v in defines.items()]
         try:
-            _run.run(argv, env=env, log_file=log_file)
+            # Unbuffered, so the log and the terminal follow the compile as it runs, not when it ends.
+            _run.run(argv, env={**env, "PYTHONUNBUFFERED": "1"}, log_file=log_file)
         except subprocess.CalledProcessError:
             msg = f"building variant {variant.name!r} failed: {_last_compiler_error(log_file)}"
             raise BuildError(msg, tip=f"full log: {log_file}; wheels already in dist/ are untouched") from None
