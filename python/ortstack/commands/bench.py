@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from ortstack.settings import Settings
 
-HELP = "benchmark one or two wheels (A/B, interleaved): op chains and genai TTFT/decode; JSON, Markdown, PNG"
+HELP = "Benchmark one or two wheels, interleaved A B B A: op chains and genai TTFT/decode; JSON, Markdown, PNG."
 
 
 def _ints(text: str) -> tuple[int, ...]:

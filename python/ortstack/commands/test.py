@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from ortstack.settings import Settings
 
-HELP = "run the wheel test suites in fresh venvs (default: the newest wheels in dist/, else the stock baselines)"
+HELP = "Run the wheel test suites in fresh venvs: the newest wheels in dist/, else the stock baselines."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
