@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
+    from series_kit import Project
+
 FAULTS: dict[str, str] = {
     # Interrupted steps (test_faults_signals.py).
     "download-sigint": "Ctrl-C in the middle of a download: exit 130, the .part file kept, the next run resumes it",
@@ -110,6 +112,21 @@ POSIX_SIGNALS = pytest.mark.skipif(
     sys.platform == "win32",
     reason="POSIX signals: Windows delivers Ctrl-C to a console group (CTRL_C_EVENT), not to one process by id",
 )
+
+
+def patch_args(project: Project, tmp_path: Path) -> list[str | os.PathLike[str]]:
+    """``ortstack patch`` of ``project`` for Linux, with its cache and work dirs under ``tmp_path``."""
+    return [
+        "patch",
+        "--platform",
+        "linux",
+        "--stack",
+        project.stack_file,
+        "--cache-dir",
+        tmp_path / "cache",
+        "--work-dir",
+        tmp_path / "work",
+    ]
 
 
 class Process:

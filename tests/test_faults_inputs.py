@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import RunOrtstack, one_error
-from faultkit import fault
+from faultkit import fault, patch_args
 from ortstack.cache import remove_tree
 from series_kit import EMPTY_WEIGHTS, Project, commit_edits, format_patch, snapshot
 from test_fetch import archive_stack, assert_intact, assert_tree_is, good_cache
@@ -265,17 +265,7 @@ def project(tmp_path: Path, upstream: Upstream) -> Project:
 
 
 def patch_run(run_ortstack: RunOrtstack, project: Project, tmp_path: Path) -> tuple[int, str]:
-    result = run_ortstack(
-        "patch",
-        "--platform",
-        "linux",
-        "--stack",
-        project.stack_file,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--work-dir",
-        tmp_path / "work",
-    )
+    result = run_ortstack(*patch_args(project, tmp_path))
     return result.returncode, result.stderr
 
 

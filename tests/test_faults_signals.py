@@ -18,14 +18,13 @@ import pytest
 from filelock import FileLock
 
 from clirun import one_error
-from faultkit import EXIT_CODE_OF_SIGNAL, POSIX_SIGNALS, Process, fault
+from faultkit import EXIT_CODE_OF_SIGNAL, POSIX_SIGNALS, Process, fault, patch_args
 from ortstack.errors import INTERRUPTED
 from series_kit import Project, format_patch, snapshot
 from test_fetch import archive_stack, assert_intact, assert_tree_is, good_cache
 from upstream import Fault, LoopbackServer, Upstream
 
 if TYPE_CHECKING:
-    import os
     from pathlib import Path
 
 pytestmark = [pytest.mark.network, POSIX_SIGNALS]
@@ -176,20 +175,6 @@ def series(project: Project, upstream: Upstream, count: int) -> list[dict[str, s
 @pytest.fixture
 def project(tmp_path: Path, upstream: Upstream) -> Project:
     return Project(root=tmp_path / "project", repository=upstream.url, commit=upstream.commit)
-
-
-def patch_args(project: Project, tmp_path: Path) -> list[str | os.PathLike[str]]:
-    return [
-        "patch",
-        "--platform",
-        "linux",
-        "--stack",
-        project.stack_file,
-        "--cache-dir",
-        tmp_path / "cache",
-        "--work-dir",
-        tmp_path / "work",
-    ]
 
 
 @pytest.mark.parametrize(
