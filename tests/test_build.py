@@ -190,7 +190,15 @@ def test_inspect_prints_the_inputs(built: Project, upstream: Upstream, variant: 
     assert info["cmake_options"]["onnxruntime_CMAKE_DEPS_MIRROR_DIR"].endswith("deps-mirror")
     assert info["compiler"]
     assert info["patches"] == []
-    assert info["extra"] == {"features": []}
+    # mini_ort's cmake reads neither: they are recorded, and never reach its cmake.
+    left_out = ["onnxruntime_BUILD_UNIT_TESTS=OFF", "onnxruntime_WGSL_TEMPLATE=static"]
+    assert info["extra"] == {
+        "features": [],
+        "options_not_read_by_tree": left_out,
+        "local_sources": {},
+        "installed_dependencies": [],
+    }
+    assert not {"onnxruntime_BUILD_UNIT_TESTS", "onnxruntime_WGSL_TEMPLATE"} & set(info["cmake_options"])
 
 
 def assert_ok_stdout(result: subprocess.CompletedProcess[str]) -> str:

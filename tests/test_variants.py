@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ortstack import build, config, deps, variants
+from ortstack import build, cmake_scan, config, deps, ort_tree, variants
 from ortstack.config import Variant
 from ortstack.errors import ConfigError
 from upstream import PACKAGES
@@ -22,7 +22,7 @@ WEBGPU = Variant(name="webgpu", kind="webgpu", dawn="static")
 
 
 def test_builtin_webgpu_defines_and_wheel() -> None:
-    defines = variants.validate(WEBGPU, "linux", PACKAGES / "mini_ort")
+    defines = ort_tree.plan(PACKAGES / "mini_ort", WEBGPU, "linux").defines
     assert defines["onnxruntime_USE_WEBGPU"] == "ON"
     assert defines["onnxruntime_USE_EP_API_ADAPTERS"] == "OFF"
     assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "OFF"
@@ -30,11 +30,11 @@ def test_builtin_webgpu_defines_and_wheel() -> None:
     plan = variants.KINDS["webgpu"].wheel(WEBGPU, "linux")
     assert (plan.name, plan.package, plan.py_api) == ("onnxruntime-webgpu", "onnxruntime", "")
     assert plan.libraries == ()
-    assert plan.required == ("_pybind_state.py",)
+    assert plan.required == ("_pybind_state.py", "build_and_package_info.py")
 
 
 def test_plugin_defines_and_wheel() -> None:
-    defines = variants.validate(PLUGIN, "linux", PACKAGES / "mini_ort")
+    defines = ort_tree.plan(PACKAGES / "mini_ort", PLUGIN, "linux").defines
     assert defines["onnxruntime_USE_EP_API_ADAPTERS"] == "ON"
     assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "OFF"
     plan = variants.KINDS["plugin"].wheel(PLUGIN, "linux")
@@ -45,25 +45,27 @@ def test_plugin_defines_and_wheel() -> None:
 
 def test_builtin_webgpu_may_share_dawn() -> None:
     shared = Variant(name="webgpu", kind="webgpu", dawn="shared")
-    defines = variants.validate(shared, "linux", PACKAGES / "mini_ort")
+    defines = ort_tree.plan(PACKAGES / "mini_ort", shared, "linux").defines
     assert defines["onnxruntime_BUILD_DAWN_SHARED_LIBRARY"] == "ON"
-    assert variants.KINDS["webgpu"].wheel(shared, "linux").required == ("_pybind_state.py", "libwebgpu_dawn.so")
+    assert variants.KINDS["webgpu"].wheel(shared, "linux").required == (
+        "_pybind_state.py",
+        "build_and_package_info.py",
+        "libwebgpu_dawn.so",
+    )
 
 
 def test_plugin_with_shared_dawn_is_refused_as_the_pin_refuses_it() -> None:
     with pytest.raises(ConfigError, match="onnxruntime_USE_EP_API_ADAPTERS and onnxruntime_BUILD_DAWN_SHARED_LIBRARY"):
         variants.validate(SHARED_DAWN_PLUGIN, "linux")
-    defines = variants.resolve_defines(SHARED_DAWN_PLUGIN, "linux")
-    found = variants.pin_conflicts(PACKAGES / "mini_ort", defines)
-    assert len(found) == 1
-    assert "cannot use a shared Dawn" in found[0]
+    with pytest.raises(ConfigError, match=r"onnxruntime_webgpu\.cmake:\d+: the plugin EP .* cannot use a shared Dawn"):
+        ort_tree.plan(PACKAGES / "mini_ort", SHARED_DAWN_PLUGIN, "linux")
 
 
 def test_windows_wheels_carry_dxc_and_may_keep_telemetry() -> None:
     plan = variants.KINDS["plugin"].wheel(PLUGIN, "windows")
     assert plan.libraries == ("onnxruntime_providers_webgpu.dll", "dxil.dll", "dxcompiler.dll")
     builtin = variants.KINDS["webgpu"].wheel(WEBGPU, "windows")
-    assert builtin.required == ("_pybind_state.py", "dxil.dll", "dxcompiler.dll")
+    assert builtin.required == ("_pybind_state.py", "build_and_package_info.py", "dxil.dll", "dxcompiler.dll")
     telemetry = Variant(name="webgpu", kind="webgpu", telemetry=True)
     assert variants.resolve_defines(telemetry, "windows")["onnxruntime_USE_TELEMETRY"] == "ON"
     assert variants.resolve_defines(telemetry, "linux")["onnxruntime_USE_TELEMETRY"] == "OFF"
@@ -85,7 +87,10 @@ def test_a_rejection_in_the_pinned_cmake_is_found(tmp_path: Path) -> None:
     # A pin that refuses the plugin EP in a release build: found by reading the pin, not from a table.
     cmake = tmp_path / "cmake"
     cmake.mkdir()
+    (cmake / "deps.txt").write_text("", encoding="utf-8")
     (cmake / "CMakeLists.txt").write_text(
+        'set(onnxruntime_CMAKE_DEPS_MIRROR_DIR "" CACHE PATH "mirror")\n'
+        'option(onnxruntime_BUILD_SHARED_LIB "shared" ON)\n'
         "if(onnxruntime_USE_EP_API_ADAPTERS)\n"
         "  set(x 1)\n"
         "  if(onnxruntime_BUILD_UNIT_TESTS)\n"
@@ -107,16 +112,18 @@ def test_a_rejection_in_the_pinned_cmake_is_found(tmp_path: Path) -> None:
         "endif()\n",
         encoding="utf-8",
     )
-    with pytest.raises(ConfigError, match=r"CMakeLists\.txt:7: the plugin EP needs its unit tests"):
-        variants.validate(PLUGIN, "linux", tmp_path)
-    assert variants.validate(WEBGPU, "linux", tmp_path)["onnxruntime_USE_WEBGPU"] == "ON"
+    with pytest.raises(ConfigError, match=r"CMakeLists\.txt:9: the plugin EP needs its unit tests"):
+        ort_tree.plan(tmp_path, PLUGIN, "linux")
+    assert ort_tree.plan(tmp_path, WEBGPU, "linux").defines["onnxruntime_USE_WEBGPU"] == "ON"
 
 
 def test_the_miniature_pin_refuses_external_with_shared_dawn() -> None:
-    defines = {"onnxruntime_USE_EXTERNAL_DAWN": "ON", "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": "ON"}
-    found = variants.pin_conflicts(PACKAGES / "mini_ort", defines)
-    assert len(found) == 1
-    assert found[0].startswith("cmake/onnxruntime_webgpu.cmake:")
+    # Past the known-conflicts table (cmake_defines set both): the pin's own FATAL_ERROR is found.
+    both = {"onnxruntime_USE_EXTERNAL_DAWN": "ON", "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": "ON"}
+    reading = cmake_scan.TreeCMake(PACKAGES / "mini_ort")
+    configure = reading.read_configure(reading.facts({"onnxruntime_USE_WEBGPU": "ON", **both}, "linux"))
+    assert len(configure.fatal_errors) == 1
+    assert configure.fatal_errors[0].startswith("cmake/onnxruntime_webgpu.cmake:")
 
 
 @pytest.mark.parametrize(

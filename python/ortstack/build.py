@@ -27,7 +27,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import __version__, _run, deps, diskspace, log, prepare, series, toolchain, variants, wheel
+from ortstack import (
+    __version__,
+    _run,
+    dep_sources,
+    deps,
+    diskspace,
+    fetch,
+    log,
+    ort_tree,
+    prepare,
+    series,
+    toolchain,
+    variants,
+    wheel,
+)
 from ortstack.buildinfo import BuildInfo, PatchInfo
 from ortstack.errors import BuildError, FetchError
 
@@ -48,6 +62,8 @@ class BuildRequest:
     """Another build dir than ``<work>/cmake/<variant>``."""
     allow_dawn_fetch: bool = False
     """Let Dawn clone its third-party sources during configure (needs network)."""
+    dep_sources: dict[str, Path] = dataclasses.field(default_factory=dict)
+    """Local source dirs by deps.txt name (``--dep-source``); they win over ``[deps.NAME]``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +183,32 @@ def _stamped_wheels(build_dir: Path, fingerprint: str, dist: Path) -> tuple[Path
     return tuple(wheels) or None
 
 
+def plan_rows(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> list[list[str]]:
+    """What building ``variant`` would pass and take, decided from its prepared tree; nothing is built.
+
+    Refusals are raised as the build would raise them, so ``--plan`` fails where the build would.
+    """
+    tree, _ = prepared_tree(settings, variant)
+    tree_plan = ort_tree.plan(tree, variant, series.host_platform())
+    local = dep_sources.declared_sources(stack, request.dep_sources)
+    mirror = (tree / ort_tree.TREE_MIRROR_DIR) if not tree_plan.mirror_define else deps.mirror_path(settings)
+    rows = [["option", name, value] for name, value in sorted(tree_plan.defines.items())]
+    rows += [["not read by this tree", *item.split("=", 1)] for item in tree_plan.left_out]
+    for need in tree_plan.needed:
+        if need.name in local:
+            origin = (
+                f"local {local[need.name]} ({dep_sources.check_pin(need.dependency, local[need.name], settings.env)})"
+            )
+        elif need.name in stack.deps and stack.deps[need.name].installed:
+            origin = "installed package (find_package)"
+        else:
+            origin = f"mirror {mirror}"
+        decided = "" if need.decided else "; configure decides, kept"
+        patches = f"; applies {', '.join(Path(p).name for p in need.patches)}" if need.patches else ""
+        rows.append(["dependency", need.name, f"{origin}{patches}{decided}"])
+    return rows
+
+
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
     """Build ``variant``'s wheel into dist/, or return the wheels there when nothing changed."""
     tools = toolchain.detect(stack.build, settings.env)  # before anything is touched
@@ -188,22 +230,30 @@ def _build(
     platform = series.host_platform()
     tree, tree_commit = prepared_tree(settings, variant)
     toolchain.check_cmake_version(tools, tree / "cmake" / "CMakeLists.txt")
-    toolchain.check_wgsl_generator(tree, settings.env)
-    variant_defines = variants.validate(variant, platform, tree)
+    tree_plan = ort_tree.plan(tree, variant, platform)
+    variant_defines = tree_plan.defines
+    if "onnxruntime_WGSL_TEMPLATE" in variant_defines:
+        toolchain.check_wgsl_generator(tree, settings.env)
     plan = variants.KINDS[variant.kind].wheel(variant, platform)
-    dependencies = deps.read(tree)
+    dependencies = list(tree_plan.dependencies)
     mirror = deps.mirror_path(settings)
     jobs = toolchain.parallel_jobs(stack.build, request.jobs)
+    local = dep_sources.declared_sources(stack, request.dep_sources)
+    sources = dep_sources.plan_sources(
+        stack, tree_plan, local, tree=tree, cache=fetch.cache_for(settings), env=settings.env
+    )
     ort_options = {
         "CMAKE_BUILD_TYPE": stack.build.build_type,
         "CMAKE_C_COMPILER": tools.c_compiler,
         "CMAKE_CXX_COMPILER": tools.cxx_compiler,
         "CMAKE_MAKE_PROGRAM": tools.ninja,
         "Python_EXECUTABLE": sys.executable,
-        deps.MIRROR_DEFINE: mirror.as_posix(),
         # Pinned, checksummed sources only, unless the user opts into installed libraries.
-        "FETCHCONTENT_TRY_FIND_PACKAGE_MODE": "OPT_IN" if stack.build.system_libraries else "NEVER",
+        "FETCHCONTENT_TRY_FIND_PACKAGE_MODE": "NEVER",
+        **({deps.MIRROR_DEFINE: mirror.as_posix()} if tree_plan.mirror_define else {}),
+        **toolchain.policy_defines(tools),
         **tools.launcher_defines(),
+        **sources.defines,
         **variant_defines,
     }
     patches = applied_patches(stack, platform)
@@ -233,7 +283,9 @@ def _build(
         return BuildResult(variant=variant.name, wheels=existing, up_to_date=True, seconds=seconds)
 
     diskspace.check("build", build_dir, settings.env)
-    _check_sources(dependencies, mirror, variant_defines, request)
+    _check_sources(list(sources.from_mirror), mirror, variant_defines, request)
+    if not tree_plan.mirror_define:
+        deps.link_tree_mirror(list(sources.from_mirror), mirror, tree)
     info = BuildInfo(
         ort_version=ort_version,
         ort_commit=stack.ort.commit,
@@ -249,10 +301,15 @@ def _build(
         platform=platform,
         date=start.isoformat(timespec="seconds"),
         ortstack_version=__version__,
-        extra={"features": provided_features(stack, platform)},
+        extra={
+            "features": provided_features(stack, platform),
+            "options_not_read_by_tree": list(tree_plan.left_out),
+            "local_sources": {source.name: source.pin for source in sources.local},
+            "installed_dependencies": list(sources.installed),
+        },
     )
     staging = settings.work_dir / "project" / variant.name
-    package_files = wheel.render_project(
+    package_files, capi_files = wheel.render_project(
         template_root,
         staging,
         plan,
@@ -269,7 +326,9 @@ def _build(
         "ORTSTACK_PACKAGE": plan.package,
         "ORTSTACK_LIBRARIES": ";".join(plan.libraries),
         "ORTSTACK_PACKAGE_FILES": ";".join(p.as_posix() for p in package_files),
+        "ORTSTACK_CAPI_FILES": ";".join(p.as_posix() for p in capi_files),
         "ORTSTACK_JOBS": str(jobs),
+        "ORTSTACK_WARNINGS_AS_ERRORS": "ON" if stack.build.warnings_as_errors else "OFF",
     }
     log_file = settings.work_dir / "logs" / f"build-{variant.name}.log"
     touch_changed_files(tree, build_dir, settings.env)
@@ -328,12 +387,13 @@ def _compile(
 def _check_sources(
     dependencies: list[deps.Dependency], mirror: Path, defines: dict[str, str], request: BuildRequest
 ) -> None:
-    """Every deps.txt entry in the mirror, and Dawn able to configure without the network."""
+    """Every deps.txt entry the configure takes from the mirror is there, and Dawn can configure offline."""
     missing = deps.missing_from_mirror(dependencies, mirror)
     if missing:
         names = ", ".join(d.name for d in missing)
-        msg = f"{len(missing)} deps.txt entries are not in the mirror {mirror}: {names}"
-        raise FetchError(msg, tip="run `ortstack fetch --deps` (needs network once)")
+        msg = f"{len(missing)} deps.txt entries this configure needs are not in the mirror {mirror}: {names}"
+        tip = "run `ortstack fetch --deps` (needs network once), or give local sources: [deps.NAME] source_dir"
+        raise FetchError(msg, tip=tip)
     dawn = next((d for d in dependencies if d.name == "dawn"), None)
     if dawn is None or request.allow_dawn_fetch or defines.get(deps.CUSTOM_DAWN_DEFINE):
         return

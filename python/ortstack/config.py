@@ -117,6 +117,17 @@ class Variant:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DepSource:
+    """Where one deps.txt entry comes from instead of the deps mirror (``[deps.NAME]``)."""
+
+    source_dir: str = ""
+    """A local source tree (relative to the stack file's folder, or absolute); a git checkout is
+    checked against the deps.txt pin, and onnxruntime's own patches for it are applied to a copy."""
+    installed: bool = False
+    """Take it from installed packages (cmake's ``find_package``) instead."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildOptions:
     """How wheels are compiled (``[build]``); the environment may override the cache backend."""
 
@@ -134,6 +145,9 @@ class BuildOptions:
     """Let cmake's FetchContent take installed libraries (``FETCHCONTENT_TRY_FIND_PACKAGE_MODE``)."""
     build_type: Literal["Release", "RelWithDebInfo", "Debug", "MinSizeRel"] = "Release"
     """``CMAKE_BUILD_TYPE`` for onnxruntime."""
+    warnings_as_errors: bool = False
+    """Keep onnxruntime's warnings-as-errors (its developer mode). Off by default, as onnxruntime's
+    ``build.py --compile_no_warning_as_error``: a newer compiler than onnxruntime's CI warns anew."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +158,8 @@ class Stack:
     patches: tuple[PatchEntry, ...] = ()
     variants: tuple[Variant, ...] = ()
     build: BuildOptions = field(default_factory=BuildOptions)
+    deps: dict[str, DepSource] = field(default_factory=dict)
+    """``[deps.NAME]``: dependencies taken from local sources or installed packages."""
     path: Path = Path("stack.toml")
     """The file this was read from; patch files resolve relative to its folder."""
 
@@ -320,7 +336,7 @@ def load(path: Path) -> Stack:
         msg = f"{path}: not valid TOML: {exc}"
         raise ConfigError(msg) from None
     reader = _Reader(path=path, text=text)
-    allowed = ["ort", "patch", "variant", "build"]
+    allowed = ["ort", "patch", "variant", "build", "deps"]
     for key in data:
         if key not in allowed:
             raise reader.fail((key,), "unknown table", tip=_suggest(key, allowed))
@@ -336,6 +352,10 @@ def load(path: Path) -> Stack:
         raise reader.fail(("variant",), "must be tables ([variant.NAME])")
     variants = tuple(reader.build(Variant, raw, ("variant", name), name=name) for name, raw in raw_variants.items())
     build = reader.build(BuildOptions, data.get("build", {}), ("build",))
-    stack = Stack(ort=ort, patches=patches, variants=variants, build=build, path=path)
+    raw_deps = data.get("deps", {})
+    if not isinstance(raw_deps, dict):
+        raise reader.fail(("deps",), "must be tables ([deps.NAME])")
+    dep_sources = {name: reader.build(DepSource, raw, ("deps", name)) for name, raw in raw_deps.items()}
+    stack = Stack(ort=ort, patches=patches, variants=variants, build=build, deps=dep_sources, path=path)
     _validate(reader, stack)
     return stack

@@ -22,12 +22,11 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ortstack import diskspace, download, fetch
+from ortstack import download, fetch
 from ortstack.errors import ConfigError, FetchError
 
 if TYPE_CHECKING:
     from ortstack.cache import Cache
-    from ortstack.config import Stack
     from ortstack.settings import Settings
 
 DEPS_FILE = PurePosixPath("cmake/deps.txt")
@@ -117,17 +116,30 @@ def _fetch_one(dependency: Dependency, mirror: Path, cache: Cache) -> str:
     if _in_mirror(target, dependency.sha1, cache):
         return "in mirror"
     cached = fetch.cached_download(cache, dependency.url, digest=dependency.sha1, algorithm="sha1")
+    _link(cached, target)
+    return "downloaded"
+
+
+def _link(source: Path, target: Path) -> None:
+    """Put ``source`` at ``target`` as a hard link (a copy where links cannot be made), atomically."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # runs sharing the mirror stage apart
     staged.unlink(missing_ok=True)
     try:
-        staged.hardlink_to(cached)
+        staged.hardlink_to(source)
     except OSError:  # another file system, or no hard links there
-        shutil.copyfile(cached, staged)
+        shutil.copyfile(source, staged)
     staged.replace(target)
     # Renaming a link onto a link of the same file (another run got there first) leaves both names.
     staged.unlink(missing_ok=True)
-    return "downloaded"
+
+
+def link_tree_mirror(dependencies: list[Dependency], mirror: Path, tree: Path) -> None:
+    """For a tree that reads its mirror from ``<tree>/mirror`` (onnxruntime 1.21): the needed entries there."""
+    for dependency in dependencies:
+        source, target = dependency.mirror_path(mirror), dependency.mirror_path(tree / "mirror")
+        if not target.is_file() or not target.samefile(source):
+            _link(source, target)
 
 
 def mirror_all(dependencies: list[Dependency], mirror: Path, cache: Cache, *, jobs: int = 8) -> dict[str, str]:
@@ -177,14 +189,3 @@ def dawn_third_party_missing(archive: Path) -> list[str]:
 def mirror_path(settings: Settings) -> Path:
     """Where the deps mirror lives: in the cache, shared by every build of every variant."""
     return settings.cache_dir / "deps-mirror"
-
-
-def mirror_for(settings: Settings, source_dir: Path, stack: Stack) -> str:
-    """Mirror the deps.txt of the pin and of every prepared tree (a patch may change deps.txt)."""
-    trees = [source_dir] + [settings.work_dir / "prepared" / v.name for v in stack.variants]
-    wanted = {dep.url: dep for tree in trees if (tree / DEPS_FILE).is_file() for dep in read(tree)}
-    if missing_from_mirror(list(wanted.values()), mirror_path(settings)):
-        diskspace.check("deps", mirror_path(settings), settings.env)
-    outcomes = mirror_all(list(wanted.values()), mirror_path(settings), fetch.cache_for(settings))
-    fetched = sum(1 for outcome in outcomes.values() if outcome == "downloaded")
-    return f"{len(outcomes)} deps.txt entries in {mirror_path(settings)} ({fetched} downloaded now)"

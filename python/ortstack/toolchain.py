@@ -130,6 +130,21 @@ def detect(options: BuildOptions, env: Mapping[str, str]) -> Toolchain:
     )
 
 
+def cmake_major(toolchain: Toolchain) -> int:
+    have = re.search(r"(\d+)\.\d+", toolchain.cmake_version)
+    return int(have.group(1)) if have else 0
+
+
+# cmake 4 refuses `cmake_minimum_required(VERSION < 3.5)`, which some of onnxruntime's pinned
+# dependencies still say (dlpack, for one); this variable lets cmake treat them as 3.5 instead.
+POLICY_MINIMUM = "3.5"
+
+
+def policy_defines(toolchain: Toolchain) -> dict[str, str]:
+    """What a cmake of today needs so every pinned dependency configures (cmake 4: the policy floor)."""
+    return {"CMAKE_POLICY_VERSION_MINIMUM": POLICY_MINIMUM} if cmake_major(toolchain) >= 4 else {}  # noqa: PLR2004
+
+
 def check_cmake_version(toolchain: Toolchain, cmake_lists: Path) -> None:
     """Refuse a cmake older than the ``cmake_minimum_required`` of the tree about to be configured."""
     found = re.search(r"cmake_minimum_required\s*\(\s*VERSION\s+([0-9.]+)", cmake_lists.read_text(encoding="utf-8"))

@@ -22,7 +22,6 @@ onnxruntime sources the option names come from (cited where used):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,8 +30,6 @@ from packaging.version import InvalidVersion, Version
 from ortstack.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from ortstack.config import Variant
 
 ON, OFF = "ON", "OFF"
@@ -127,7 +124,7 @@ class BuiltinWebGpu:
     def wheel(self, variant: Variant, platform: str) -> WheelPlan:
         # The whole package onnxruntime's build assembles is taken; _pybind_state.py is its binding's
         # loader, present in every onnxruntime Python package.
-        required = ["_pybind_state.py"]
+        required = ["_pybind_state.py", "build_and_package_info.py"]
         if variant.dawn == "shared":
             required.append(_shared_library("webgpu_dawn", platform))
         return WheelPlan(
@@ -191,83 +188,25 @@ def resolve_defines(variant: Variant, platform: str) -> dict[str, str]:
     return {**KINDS[variant.kind].cmake_defines(variant, platform), **variant.cmake_defines}
 
 
-def _is_on(value: str | None) -> bool:
+def is_on(value: str | None) -> bool:
     return value is not None and value.upper() in {"ON", "1", "TRUE", "YES", "Y"}
 
 
-_IF = re.compile(r"^\s*if\s*\((.*)\)\s*$", re.IGNORECASE)
-_ELSE = re.compile(r"^\s*else(if)?\s*\(", re.IGNORECASE)
-_ENDIF = re.compile(r"^\s*endif\s*\(", re.IGNORECASE)
-_FATAL = re.compile(r'message\s*\(\s*FATAL_ERROR\s+"([^"]*)"', re.IGNORECASE)
-
-
-def _required_on(lines: list[str], fatal_line: int) -> set[str]:
-    """Names the if() blocks enclosing ``fatal_line`` require to be ON.
-
-    ``if(A)`` requires A; under its ``else()`` only ``if(NOT A)`` says something (A is ON), so
-    compound conditions in an else branch are left out rather than guessed.
-    """
-    required: set[str] = set()
-    depth = 0
-    in_else = False
-    for line in reversed(lines[max(0, fatal_line - 60) : fatal_line]):
-        if _ENDIF.match(line):
-            depth += 1
-        elif _ELSE.match(line) and depth == 0:
-            in_else = True
-        elif match := _IF.match(line):
-            if depth:
-                depth -= 1
-                continue
-            condition = match.group(1)
-            negated = set(re.findall(r"NOT\s*\(?\s*(onnxruntime_\w+)", condition, re.IGNORECASE))
-            if in_else:
-                single_not = re.fullmatch(r"\s*NOT\s+(onnxruntime_\w+)\s*", condition, re.IGNORECASE)
-                required |= {single_not.group(1)} if single_not else set()
-            else:
-                required |= set(re.findall(r"\b(onnxruntime_\w+)", condition)) - negated
-            in_else = False
-    return required
-
-
-def pin_conflicts(tree: Path, defines: dict[str, str]) -> list[str]:
-    """FATAL_ERRORs in the pinned tree's cmake reached because two options of this variant are ON.
-
-    The pin is the authority: a rejection that appears or disappears upstream is found here without
-    a table to keep up to date. A FATAL_ERROR counts when the if() blocks around it require two or
-    more options that the variant switches on.
-    """
-    switched_on = {name for name, value in defines.items() if _is_on(value)}
-    found: list[str] = []
-    cmake_dir = tree / "cmake"
-    for path in sorted({cmake_dir / "CMakeLists.txt", *cmake_dir.rglob("*.cmake")}):
-        if not path.is_file():
-            continue
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        for number, line in enumerate(lines):
-            match = _FATAL.search(line)
-            if match and len(_required_on(lines, number) & switched_on) >= 2:  # noqa: PLR2004 - a pair
-                found.append(f"{path.relative_to(tree).as_posix()}:{number + 1}: {match.group(1)}")
-    return found
-
-
-def validate(variant: Variant, platform: str, tree: Path | None = None) -> dict[str, str]:
-    """Check ``variant`` before any compile; return its final cmake defines."""
-    kind = KINDS[variant.kind]
-    kind.check(variant)
-    defines = resolve_defines(variant, platform)
+def check_known_conflicts(variant: Variant, defines: dict[str, str]) -> None:
+    """Refuse option pairs onnxruntime's cmake refuses together (the tree's own FATAL_ERRORs are
+    found by ``ort_tree`` once a tree is at hand; these need none)."""
     for first, second, source in KNOWN_CONFLICTS:
-        if _is_on(defines.get(first)) and _is_on(defines.get(second)):
+        if is_on(defines.get(first)) and is_on(defines.get(second)):
             _fail(
                 variant,
                 f"{first} and {second} cannot both be ON; onnxruntime's cmake refuses it ({source})",
                 tip="pick one dawn mode: static, shared or external",
             )
-    if tree is not None:
-        for conflict in pin_conflicts(tree, defines):
-            _fail(
-                variant,
-                f"the pinned onnxruntime refuses these options together: {conflict}",
-                tip="change dawn or cmake_defines for this variant in stack.toml",
-            )
+
+
+def validate(variant: Variant, platform: str) -> dict[str, str]:
+    """Check ``variant`` before any tree is at hand; return its cmake defines as the kind writes them."""
+    KINDS[variant.kind].check(variant)
+    defines = resolve_defines(variant, platform)
+    check_known_conflicts(variant, defines)
     return defines

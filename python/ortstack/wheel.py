@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # as onnxruntime's own plugin EP wheel script decides for auditwheel.
 AUDITWHEEL_EXCLUDE = ("libvulkan.so.1",)
 PLUGIN_INIT = PurePosixPath("cpp_ext/plugin_package/__init__.py")
+PACKAGE_INFO_NAME = "build_and_package_info.py"
 
 
 def project_template_root(project_root: Path) -> Path:
@@ -69,10 +70,16 @@ def _rendered_pyproject(template: Path, plan: WheelPlan, version: str, descripti
     return header + tomli_w.dumps(rendered).encode("utf-8")
 
 
+def _package_info(plan: WheelPlan, version: str) -> bytes:
+    # What onnxruntime's setup.py writes (save_build_and_package_info); onnxruntime's __init__.py
+    # imports it and warns without it.
+    return f"package_name = {plan.name!r}\n__version__ = {version!r}\n".encode()
+
+
 def render_project(
     template_root: Path, staging: Path, plan: WheelPlan, *, version: str, description: str, build_info: str
-) -> list[Path]:
-    """Write the staging project; returns the package files cmake installs next to the libraries."""
+) -> tuple[list[Path], list[Path]]:
+    """Write the staging project; returns the files cmake installs into the package and into its ``capi/``."""
     write_if_changed(
         staging / "pyproject.toml",
         _rendered_pyproject(template_root / "pyproject.toml", plan, version, description),
@@ -86,7 +93,10 @@ def render_project(
         init = staging / "package" / "__init__.py"
         write_if_changed(init, (template_root / PLUGIN_INIT).read_bytes())
         package_files.append(init)
-    return package_files
+        return package_files, []
+    package_info = staging / "package" / "capi" / PACKAGE_INFO_NAME
+    write_if_changed(package_info, _package_info(plan, version))
+    return package_files, [package_info]
 
 
 def check_contents(wheel: Path, plan: WheelPlan) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import build, config, log
+from ortstack import build, config, dep_sources, log
 
 if TYPE_CHECKING:
     import argparse
@@ -27,12 +27,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let Dawn clone its own third-party sources while configuring (needs network)",
     )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the cmake options each variant would pass and where each dependency comes from; build nothing",
+    )
+    parser.add_argument(
+        "--dep-source",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="take the deps.txt entry NAME from a local source dir (repeatable; wins over [deps.NAME])",
+    )
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
     stack = config.load(settings.stack_file)
     chosen = [stack.variant(name) for name in args.variant] if args.variant else list(stack.variants)
-    request = build.BuildRequest(jobs=args.parallel, build_dir=args.build_dir, allow_dawn_fetch=args.allow_dawn_fetch)
+    request = build.BuildRequest(
+        jobs=args.parallel,
+        build_dir=args.build_dir,
+        allow_dawn_fetch=args.allow_dawn_fetch,
+        dep_sources=dep_sources.parse_cli(args.dep_source),
+    )
+    if args.plan:
+        for variant in chosen:
+            log.table(
+                f"plan of {variant.name}", ["what", "name", "value"], build.plan_rows(settings, stack, variant, request)
+            )
+        log.success(f"planned {len(chosen)} variant(s); nothing was built")
+        return 0
     rows = []
     for variant in chosen:
         with log.step(f"build {variant.name}"):

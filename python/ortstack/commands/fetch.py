@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import config, deps, fetch, log
+from ortstack import config, dep_sources, fetch, log
 
 if TYPE_CHECKING:
     import argparse
@@ -35,7 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--deps",
         action="store_true",
-        help="also mirror every cmake/deps.txt entry (parallel, sha1-checked) for offline builds",
+        help="also mirror the cmake/deps.txt entries the variants' configures need (parallel, sha1-checked)",
+    )
+    parser.add_argument(
+        "--dep-source",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="with --deps: NAME comes from a local source dir, so it is not mirrored (repeatable)",
     )
 
 
@@ -46,6 +53,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     log.success(result.summary())
     if args.deps:
         with log.step("mirror cmake/deps.txt"):
-            mirrored = deps.mirror_for(settings, result.source_dir, stack)
+            local = dep_sources.declared_sources(stack, dep_sources.parse_cli(args.dep_source))
+            mirrored = dep_sources.mirror_for(settings, result.source_dir, stack, local)
         log.success(mirrored)
     return 0
