@@ -1,0 +1,201 @@
+"""A real onnxruntime tree (1.21.0) through ortstack, up to the compile, on every test run.
+
+The archive is onnxruntime 1.21.0 as Debian repacks it (``onnxruntime_1.21.0+dfsg.orig.tar.xz``:
+the C++ sources and ``cmake/`` whole, ``*.onnx`` test models dropped). It is served on 127.0.0.1,
+fetched by archive URL + sha256, patched with a patch made here, and every variant is decided from
+its real cmake files: options the tree reads, the plugin EP it lacks, the deps.txt entries a Linux
+WebGPU configure uses, and its ``<tree>/mirror`` deps mirror. The archive is test data kept beside
+the checkout (``../shared/sources/``, or ``ORTSTACK_REAL_ORT_ARCHIVE``); without it this module
+fails, it is not skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from clirun import one_error
+from upstream import git
+
+if TYPE_CHECKING:
+    from upstream import LoopbackServer
+
+ARCHIVE_NAME = "onnxruntime_1.21.0+dfsg.orig.tar.xz"
+ARCHIVE_SHA256 = "32df1f82bd6b07b18372c0f387133214905cbde7a586b3ad83f0ed0075f80273"
+# v1.21.0; the stock onnxruntime 1.21.0 wheel's build info names it (git-commit-id=e0b66cad28).
+# Debian's repack carries no commit id, so the archive's sha256 is what pins the bytes here.
+V1_21_0 = "e0b66cad282043d4377cea5269083f17771b6dfc"
+PATCHED_FILE = "onnxruntime/contrib_ops/webgpu/quantization/matmul_nbits.cc"
+MARKER = "// ortstack real-tree test: this line comes from the project's patch"
+# What a Linux WebGPU configure of 1.21 uses of its 41 deps.txt entries, as read from its cmake/.
+LINUX_WEBGPU_DEPS = {
+    "abseil_cpp", "date", "dawn", "dlpack", "eigen", "flatbuffers", "json", "microsoft_gsl", "mp11",
+    "onnx", "protobuf", "pybind11", "pytorch_cpuinfo", "re2", "safeint", "utf8_range",
+}  # fmt: skip
+
+
+def real_archive() -> Path:
+    configured = os.environ.get("ORTSTACK_REAL_ORT_ARCHIVE")
+    path = Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "sources" / ARCHIVE_NAME
+    if not path.is_file():
+        pytest.fail(
+            f"the real onnxruntime 1.21.0 archive is missing: expected {path} "
+            "(set ORTSTACK_REAL_ORT_ARCHIVE to its path); these checks run on every test run"
+        )
+    return path
+
+
+def _project_patch(tree_file_text: str, scratch: Path, env: dict[str, str]) -> str:
+    """A format-patch of one added line to PATCHED_FILE, made with git against the file's real text."""
+    target = scratch / PATCHED_FILE
+    target.parent.mkdir(parents=True)
+    target.write_text(tree_file_text, encoding="utf-8")
+    git("init", "-q", cwd=scratch, env=env)
+    git("add", "-A", cwd=scratch, env=env)
+    git("commit", "-q", "-m", "base", cwd=scratch, env=env)
+    target.write_text(f"{MARKER}\n{tree_file_text}", encoding="utf-8")
+    git("commit", "-q", "-am", "Mark the WebGPU MatMulNBits source\n\nOrigin: ortstack test", cwd=scratch, env=env)
+    return git("format-patch", "-1", "--full-index", "--stdout", cwd=scratch, env=env)
+
+
+@dataclass(frozen=True)
+class RealProject:
+    root: Path
+    env: dict[str, str]
+
+    @property
+    def stack(self) -> Path:
+        return self.root / "project" / "stack.toml"
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "ortstack", *args, "--stack", str(self.stack)]
+        cwd = self.root / "project"
+        result = subprocess.run(argv, check=False, cwd=cwd, env=self.env, capture_output=True, text=True, timeout=600)
+        assert "Traceback" not in result.stderr, result.stderr
+        return result
+
+    def plan(self, variant: str) -> dict[tuple[str, str], str]:
+        """``build --plan`` of ``variant`` as {(what, name): value}."""
+        result = self.run("build", "--plan", "--variant", variant)
+        assert result.returncode == 0, result.stderr
+        rows: dict[tuple[str, str], str] = {}
+        for line in (result.stdout + result.stderr).splitlines():  # the log's tables go to stderr
+            cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+            if len(cells) == 3 and cells[0] in {"option", "not read by this tree", "dependency"}:
+                rows[(cells[0], cells[1])] = cells[2]
+        return rows
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, server: LoopbackServer, cli_env: dict[str, str]) -> RealProject:
+    """A project pinning the served 1.21.0 archive by sha256, fetched, then patched (three variants)."""
+    url = server.add(f"/real/{ARCHIVE_NAME}", real_archive().read_bytes())
+    root = tmp_path_factory.mktemp("real-tree")
+    env = {
+        **cli_env,
+        "ORTSTACK_CACHE_DIR": str(root / "cache"),
+        "ORTSTACK_WORK_DIR": str(root / "work"),
+        "ORTSTACK_DIST_DIR": str(root / "dist"),
+    }
+    real = RealProject(root=root, env=env)
+    (root / "project" / "patches").mkdir(parents=True)
+    real.stack.write_text(_stack(url), encoding="utf-8")
+    fetched = real.run("fetch")
+    assert fetched.returncode == 0, fetched.stderr
+    source = root / "cache" / "sources" / V1_21_0
+    git_env = {**env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid"}
+    git_env |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    patch = _project_patch((source / PATCHED_FILE).read_text(encoding="utf-8"), root / "scratch", git_env)
+    (root / "project" / "patches" / "0001-mark-webgpu-matmulnbits.patch").write_text(patch, encoding="utf-8")
+    entry = '[[patch]]\nid = "mark"\nfile = "patches/0001-mark-webgpu-matmulnbits.patch"\norigin = { kind = "local" }\n'
+    real.stack.write_text(_stack(url) + "\n" + entry, encoding="utf-8")
+    patched = real.run("patch")
+    assert patched.returncode == 0, patched.stderr
+    return real
+
+
+def _stack(url: str) -> str:
+    return f"""[ort]
+repository = "https://github.com/microsoft/onnxruntime"
+commit = "{V1_21_0}"
+archive_url = "{url}"
+archive_sha256 = "{ARCHIVE_SHA256}"
+
+[variant.webgpu]
+kind = "webgpu"
+
+[variant.webgpu-shared]
+kind = "webgpu"
+dawn = "shared"
+
+[variant.plugin]
+kind = "plugin"
+min_onnxruntime = "1.24.4"
+"""
+
+
+def test_fetched_by_sha256_and_patched(project: RealProject) -> None:
+    source = project.root / "cache" / "sources" / V1_21_0
+    assert (source / "VERSION_NUMBER").read_text(encoding="utf-8").strip() == "1.21.0"
+    assert sum(1 for p in source.rglob("*") if p.is_file()) > 8000
+    for variant in ("webgpu", "webgpu-shared", "plugin"):
+        tree = project.root / "work" / "prepared" / variant
+        assert (tree / PATCHED_FILE).read_text(encoding="utf-8").startswith(MARKER)
+        log = git("log", "--format=%s", cwd=tree, env=project.env).splitlines()
+        assert log[0] == "Mark the WebGPU MatMulNBits source"
+
+
+def test_options_are_the_ones_the_tree_reads(project: RealProject) -> None:
+    rows = project.plan("webgpu")
+    options = {name: value for (what, name), value in rows.items() if what == "option"}
+    assert options == {
+        "onnxruntime_USE_WEBGPU": "ON",
+        "onnxruntime_ENABLE_PYTHON": "ON",
+        "onnxruntime_BUILD_SHARED_LIB": "ON",
+        "onnxruntime_BUILD_UNIT_TESTS": "OFF",
+        "onnxruntime_USE_TELEMETRY": "OFF",
+        "onnxruntime_USE_EXTERNAL_DAWN": "OFF",
+        # 1.21's name for Dawn as one shared library (onnxruntime_BUILD_DAWN_SHARED_LIBRARY later)
+        "onnxruntime_BUILD_DAWN_MONOLITHIC_LIBRARY": "OFF",
+    }
+    # 1.21 has no plugin EP option, no WGSL template generator and no deps-mirror option.
+    left_out = {name for (what, name) in rows if what == "not read by this tree"}
+    assert left_out == {"onnxruntime_USE_EP_API_ADAPTERS", "onnxruntime_WGSL_TEMPLATE"}
+    shared = project.plan("webgpu-shared")
+    assert shared[("option", "onnxruntime_BUILD_DAWN_MONOLITHIC_LIBRARY")] == "ON"
+    assert ("option", "onnxruntime_BUILD_DAWN_SHARED_LIBRARY") not in shared
+
+
+def test_the_plugin_variant_is_refused_naming_what_the_tree_lacks(project: RealProject) -> None:
+    line = one_error(project.run("build", "--variant", "plugin"), 3)
+    assert "cannot build a plugin variant: its cmake never reads onnxruntime_USE_EP_API_ADAPTERS" in line
+    assert not (project.root / "dist").exists()
+
+
+def test_only_the_dependencies_the_configure_uses(project: RealProject) -> None:
+    rows = project.plan("webgpu")
+    needed = {name for (what, name) in rows if what == "dependency"}
+    assert needed == LINUX_WEBGPU_DEPS
+    tree = project.root / "work" / "prepared" / "webgpu"
+    # 1.21 reads its mirror from <tree>/mirror, and its own patches are named per dependency.
+    assert all(
+        value.startswith(f"mirror {tree / 'mirror'}") for (what, _), value in rows.items() if what == "dependency"
+    )
+    assert "applies onnx.patch" in rows[("dependency", "onnx")]
+    assert "applies protobuf_cmake.patch" in rows[("dependency", "protobuf")]
+
+
+def test_a_build_without_the_dependencies_stops_before_configuring_and_names_them(project: RealProject) -> None:
+    line = one_error(project.run("build", "--variant", "webgpu"), 4)
+    assert f"{len(LINUX_WEBGPU_DEPS)} deps.txt entries this configure needs are not in the mirror" in line
+    for name in ("abseil_cpp", "onnx", "protobuf", "re2"):
+        assert name in line
+    for unused in ("cutlass", "coremltools", "protoc_win64", "directx_headers", "googletest"):
+        assert unused not in line
+    assert not (project.root / "work" / "cmake" / "webgpu" / "ort").exists()  # nothing configured
