@@ -83,7 +83,7 @@ def test(session: nox.Session) -> None:
     """Lint, the orchestrator's tests, then the wheel suites (args go to `ortstack test`, e.g. --ep cpu)."""
     _install_ortstack(session, "test")
     session.run("pytest")
-    session.run("ortstack", "test", *(session.posargs or ["--ep", "all"]))
+    session.run("ortstack", "test", *session.posargs)
 
 
 @nox.session(reuse_venv=True)

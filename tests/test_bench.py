@@ -45,7 +45,8 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
         f"--wheel={spec}",
         f"--out={out}",
         f"--cache-dir={tmp_path / 'cache'}",
-        f"--offline-wheels={no_index}",
+        f"--find-links={no_index}",
+        "--no-index",
         "--system-site-packages",
     ]
     env = {**base_env, "PYTHONPATH": os.pathsep.join(filter(None, [str(PYTHON_SRC), base_env.get("PYTHONPATH")]))}

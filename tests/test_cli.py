@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from clirun import one_error
 from ortstack.cli import VERBS
-from ortstack.errors import EXIT_CODES
+from ortstack.errors import EXIT_CODES, NotAWheelError
 from upstream import Upstream, stack_toml
 
 if TYPE_CHECKING:
@@ -60,3 +61,17 @@ def test_status_shows_pin_and_cache(run_ortstack: RunOrtstack, upstream: Upstrea
     after = run_ortstack("status", "--stack", stack, "--cache-dir", cache)
     assert "not fetched" not in after.stderr
     assert f"(git, {len(upstream.tree_files(upstream.commit))} files)" in after.stderr
+
+
+@pytest.mark.parametrize("content", [b"plain text", b""], ids=["text", "empty"])
+@pytest.mark.parametrize("name", ["fake.whl", "onnxruntime-1.21.0-cp311-cp311-linux_x86_64.whl"])
+@pytest.mark.parametrize("verb", [("inspect",), ("test", "--wheel"), ("bench", "--wheel")], ids=lambda v: v[0])
+def test_a_file_that_is_not_a_wheel_is_one_code_for_every_verb(
+    run_ortstack: RunOrtstack, tmp_path: Path, verb: tuple[str, ...], name: str, content: bytes
+) -> None:
+    fake = tmp_path / name
+    fake.write_bytes(content)
+    line = one_error(run_ortstack(*verb, fake, "--cache-dir", tmp_path / "cache"), 2)
+    assert NotAWheelError.exit_code == 2
+    assert str(fake) in line
+    assert "wheel" in line

@@ -4,18 +4,20 @@ against real wheels in CI (`nox -s test`), not here: that needs the package inde
 from __future__ import annotations
 
 import os
+import zipfile
 from typing import TYPE_CHECKING
 
 import pytest
 
 from clirun import one_error
 from ortstack import suites
-from ortstack.errors import SuiteError
+from ortstack.errors import NotAWheelError, SuiteError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from clirun import RunOrtstack
+
 
 CORE = "onnxruntime_webgpu-1.32.0+stack.ab12cd-cp311-cp311-manylinux_2_28_x86_64.whl"
 CPU = "onnxruntime-1.32.0+stack.ab12cd-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -23,9 +25,10 @@ PLUGIN = "onnxruntime_ep_webgpu-0.5.0+stack.ab12cd-py3-none-manylinux_2_28_x86_6
 
 
 def _wheels(tmp_path: Path, *names: str) -> list[Path]:
+    """Empty zip archives with wheel names: enough for planning, which reads only names."""
     paths = [tmp_path / name for name in names]
     for path in paths:
-        path.write_bytes(b"not a real wheel")
+        zipfile.ZipFile(path, "w").close()
     return paths
 
 
@@ -58,11 +61,26 @@ def test_each_core_wheel_gets_its_own_venv_and_the_plugin_joins_each(tmp_path: P
     assert all(s.eps == ("cpu", "webgpu", "plugin") and not s.baseline for s in sets)
 
 
-def test_a_plugin_wheel_alone_runs_on_the_stock_cpu_core(tmp_path: Path) -> None:
-    (plugin,) = _wheels(tmp_path, PLUGIN)
-    (only,) = suites.plan([plugin], ["plugin"])
-    assert only.requirements == (suites.CPU_BASELINE, str(plugin))
-    assert only.eps == ("plugin",)
+def test_without_ep_built_wheels_are_tested_on_every_ep_they_provide(tmp_path: Path) -> None:
+    core, cpu, plugin = _wheels(tmp_path, CORE, CPU, PLUGIN)
+    assert [s.eps for s in suites.plan([core, cpu], [])] == [("cpu", "webgpu"), ("cpu",)]
+    assert [s.eps for s in suites.plan([cpu, plugin], [])] == [("cpu", "plugin")]
+    assert [s.eps for s in suites.plan([plugin], [])] == [("cpu", "plugin")]
+
+
+def test_a_lane_that_did_not_run_fails_the_result() -> None:
+    (wheel_set,) = suites.plan([], ["cpu", "plugin"])
+    cpu = suites.Lane(ep="cpu", run=True, reason="device answered a probe session")
+    plugin_off = suites.Lane(ep="plugin", run=False, reason="no usable device")
+    plugin_on = suites.Lane(ep="plugin", run=True, reason="device answered a probe session")
+
+    def result(*lanes: suites.Lane) -> suites.SuiteResult:
+        return suites.SuiteResult(wheel_set=wheel_set, returncode=0, seconds=1.0, lanes=lanes)
+
+    assert [lane.ep for lane in result(cpu, plugin_off).not_run] == ["plugin"]
+    assert result(cpu, plugin_off).outcome == "failed (plugin not run)"
+    assert [lane.ep for lane in result(cpu).not_run] == ["plugin"], "a lane the suite did not report is no pass"
+    assert result(cpu, plugin_on).outcome == "passed"
 
 
 def test_newest_wheel_of_each_distribution(tmp_path: Path) -> None:
@@ -73,16 +91,10 @@ def test_newest_wheel_of_each_distribution(tmp_path: Path) -> None:
     assert suites.newest_wheels(tmp_path / "missing") == []
 
 
-def test_a_missing_wheel_is_a_suite_error(tmp_path: Path) -> None:
-    with pytest.raises(SuiteError, match="wheel not found") as caught:
+def test_a_missing_wheel_is_not_a_wheel(tmp_path: Path) -> None:
+    with pytest.raises(NotAWheelError, match="wheel not found") as caught:
         suites.plan([tmp_path / CORE], ["all"])
-    assert caught.value.exit_code == 7
-
-
-def test_cli_reports_a_bad_wheel_name_in_one_line(run_ortstack: RunOrtstack, tmp_path: Path) -> None:
-    (bad,) = _wheels(tmp_path, "not-a-wheel.whl")
-    line = one_error(run_ortstack("test", "--wheel", bad, cwd=tmp_path), 7)
-    assert "is not a wheel file name" in line
+    assert caught.value.exit_code == 2
 
 
 def test_genai_runs_in_its_own_venv_beside_the_cpu_core() -> None:
@@ -106,3 +118,19 @@ def test_junit_counts_name_tests_not_run(tmp_path: Path) -> None:
     )
     assert suites._junit_counts(report) == "4 passed, 4 not run, 2 failed"
     assert suites._junit_counts(tmp_path / "missing.xml") == ""
+
+
+@pytest.mark.parametrize("lanes", [["webgpu"], ["plugin"], []], ids=["webgpu", "plugin", "default"])
+def test_a_webgpu_lane_without_a_driver_fails_before_any_venv(
+    run_ortstack: RunOrtstack, tmp_path: Path, lanes: list[str]
+) -> None:
+    """The state of a machine without lavapipe or a GPU driver: the Vulkan loader finds no manifest."""
+    cache = tmp_path / "cache"
+    argv = [a for ep in lanes for a in ("--ep", ep)]
+    result = run_ortstack("test", *argv, "--cache-dir", cache, env={"VK_DRIVER_FILES": str(tmp_path / "none.json")})
+    line = one_error(result, 7)
+    assert "lanes cannot run" in line
+    assert "none.json names no existing Vulkan driver manifest" in line
+    assert "sudo bash ci/lavapipe.sh" in result.stderr
+    assert "--ep cpu" in result.stderr
+    assert not (cache / "venvs").exists(), "no venv is made for a run that cannot pass"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import wheel_bench
-from ortstack import _run, log, venv
+from ortstack import _run, log, venv, vulkan
 from ortstack.errors import SuiteError
 from wheel_bench import report
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 GENAI_REQUIREMENT = "onnxruntime-genai==0.18.0"
 WORKER_EXTRAS = ("numpy", "onnx")
 BUILDER_REQUIREMENTS = ("torch", "transformers", "tokenizers", "onnx", "onnx_ir")
-LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.json")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,12 +100,17 @@ def _software_adapter(env: Mapping[str, str]) -> bool:
     return "lvp" in env.get("VK_DRIVER_FILES", "")
 
 
-def _with_lavapipe_if_no_gpu(env: Mapping[str, str]) -> dict[str, str]:
-    """Linux without a GPU: point Vulkan at lavapipe so WebGPU runs (on the CPU)."""
-    out = dict(env)
-    if "VK_DRIVER_FILES" not in out and shutil.which("nvidia-smi") is None and LAVAPIPE_ICD.is_file():
-        out["VK_DRIVER_FILES"] = str(LAVAPIPE_ICD)
-    return out
+def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> None:
+    """What can be known before any venv or model is made: the wheels are wheels, the EP has a driver."""
+    if not 1 <= len(options.wheels) <= 2:  # noqa: PLR2004 - A or A/B
+        msg = f"give one or two wheels, not {len(options.wheels)}"
+        raise SuiteError(msg, tip="--wheel A [--wheel B]")
+    for spec in options.wheels:
+        venv.parse_wheel_spec(spec)
+    missing = vulkan.missing_driver(env) if options.ep == "webgpu" else None
+    if missing is not None:
+        msg = f"the webgpu bench cannot run: {missing}"
+        raise SuiteError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
 
 
 def _host() -> dict[str, Any]:
@@ -197,10 +201,8 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
 
 def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
     """Run the whole bench; returns the paths of the JSON, Markdown and PNG outputs."""
-    if not 1 <= len(options.wheels) <= 2:  # noqa: PLR2004 - A or A/B
-        msg = f"give one or two wheels, not {len(options.wheels)}"
-        raise SuiteError(msg, tip="--wheel A [--wheel B]")
-    env = _with_lavapipe_if_no_gpu(env) if options.ep == "webgpu" else dict(env)
+    check_before_installing(options, env)
+    env = vulkan.webgpu_env(env, options.out_dir / "shader-cache") if options.ep == "webgpu" else dict(env)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(options.out_dir / "shader-cache", ignore_errors=True)
     ids = ["A", "B"][: len(options.wheels)]

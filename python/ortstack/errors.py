@@ -5,7 +5,7 @@ Exit codes (also documented in README.md and ``ortstack --help``):
 ==  ===========================================================
 0   success
 1   unexpected internal error (a bug: please report it)
-2   usage error (bad command line)
+2   usage error (bad command line, a file given as a wheel that is not one)
 3   configuration error (``stack.toml``, lock file, environment)
 4   fetch error (download, checksum, archive, git)
 5   patch error (check, apply, guard, refresh, export)
@@ -36,6 +36,16 @@ class OrtstackError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class UsageError(OrtstackError):
+    """The command line asks for something that cannot be: the same code argparse gives a bad option."""
+
+    exit_code = 2
+
+
+class NotAWheelError(UsageError):
+    """A path given as a wheel is missing, is not named like a wheel, or is not a zip archive."""
 
 
 class ConfigError(OrtstackError):
@@ -101,7 +111,7 @@ class Terminated(BaseException):
 EXIT_CODES: dict[int, str] = {
     0: "success",
     1: "unexpected internal error",
-    2: "usage error",
+    UsageError.exit_code: "usage error (bad command line, a file that is not a wheel)",
     ConfigError.exit_code: "configuration error (stack.toml, lock file, environment)",
     FetchError.exit_code: "fetch error (download, checksum, archive, git)",
     PatchError.exit_code: "patch error (check, apply, guard, refresh, export)",

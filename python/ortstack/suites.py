@@ -8,6 +8,7 @@ optionally the WebGPU plugin EP wheel. Venvs are cached by the hash of their whe
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import tempfile
 import time
@@ -16,10 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from xml.etree import ElementTree as ET
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-
 import ortstack
-from ortstack import _run, log, venv
+from ortstack import _run, log, venv, vulkan, wheelfile
 from ortstack.errors import SuiteError
 
 if TYPE_CHECKING:
@@ -29,6 +28,8 @@ if TYPE_CHECKING:
 EpKind = Literal["cpu", "webgpu", "plugin"]
 EP_CHOICES: tuple[str, ...] = ("cpu", "webgpu", "plugin", "all")
 PLUGIN_DIST = "onnxruntime-ep-webgpu"
+WEBGPU_DIST = "onnxruntime-webgpu"
+WEBGPU_LANES: frozenset[EpKind] = frozenset({"webgpu", "plugin"})
 # The stock wheels measured as baselines (see the wheel suites' README section on baselines).
 CPU_BASELINE = "onnxruntime==1.31.1"
 WEBGPU_BASELINE = "onnxruntime-webgpu==1.27.0"
@@ -38,6 +39,7 @@ SUITE_REQUIREMENTS = ("numpy>=1.26", "onnx>=1.17", "pytest>=8")
 # The genai suite's own venv: torch (CPU) + transformers make the tiny model, genai's builder converts it.
 GENAI_REQUIREMENTS = ("torch==2.13.0", "transformers>=4.45", "tokenizers>=0.20", "onnxruntime-genai==0.18.0", "onnx-ir")
 PYTEST_TIMEOUT_S = 3600
+RERUN_TIP = "the pytest output above names the failing tests; rerun one with: ortstack test -- -k NAME"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,15 +57,39 @@ class WheelSet:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Lane:
+    """One EP of one wheel set's run: whether its tests ran, and why not."""
+
+    ep: str
+    run: bool
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class SuiteResult:
     wheel_set: WheelSet
     returncode: int
     seconds: float
     counts: str = ""
     """``N passed, M not run, K failed`` from the run's JUnit report ("" if pytest wrote none)."""
+    lanes: tuple[Lane, ...] = ()
+    """Each EP the run asked for, as the suite's plugin reported it (empty if pytest wrote none)."""
+
+    @property
+    def not_run(self) -> tuple[Lane, ...]:
+        """The lanes asked for that could not run: each one fails the result."""
+        reported = {lane.ep for lane in self.lanes}
+        missing = tuple(
+            Lane(ep=ep, run=False, reason="the suite reported nothing for it")
+            for ep in self.wheel_set.eps
+            if ep not in reported
+        )
+        return tuple(lane for lane in self.lanes if not lane.run) + missing
 
     @property
     def outcome(self) -> str:
+        if self.returncode == 0 and self.not_run:
+            return f"failed ({', '.join(lane.ep for lane in self.not_run)} not run)"
         if self.returncode == 0:
             return "passed"
         if self.returncode < 0:
@@ -85,12 +111,17 @@ def expand_eps(requested: Sequence[str]) -> tuple[EpKind, ...]:
 
 
 def _dist_name(wheel: Path) -> str:
-    try:
-        name, *_ = parse_wheel_filename(wheel.name)
-    except InvalidWheelFilename as exc:
-        msg = f"{wheel} is not a wheel file name: {exc}"
-        raise SuiteError(msg, tip="pass a .whl built by `ortstack build`") from None
-    return str(canonicalize_name(name))
+    return wheelfile.check(wheel).name
+
+
+def _offered_eps(core: Path | None, plugins: Sequence[Path]) -> tuple[EpKind, ...]:
+    """The EPs a wheel set provides by what its wheels are: the lanes of a run that names no ``--ep``."""
+    offered: list[EpKind] = ["cpu"]
+    if core is not None and _dist_name(core) == WEBGPU_DIST:
+        offered.append("webgpu")
+    if plugins:
+        offered.append("plugin")
+    return tuple(offered)
 
 
 def newest_wheels(dist_dir: Path) -> list[Path]:
@@ -102,7 +133,10 @@ def newest_wheels(dist_dir: Path) -> list[Path]:
 
 
 def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
-    """The venvs to test: one per core wheel (plugin wheels join each), or the stock baselines."""
+    """The venvs to test: one per core wheel (plugin wheels join each), or the stock baselines.
+
+    Without ``requested`` EPs, built wheels are tested on every EP they provide and the baselines on all.
+    """
     eps = expand_eps(requested)
     if not wheels:
         sets = []
@@ -123,22 +157,22 @@ def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
                 )
             )
         return sets
-    for wheel in wheels:
-        if not wheel.is_file():
-            msg = f"wheel not found: {wheel}"
-            raise SuiteError(msg, tip="build one with `ortstack build` or pass an existing path")
     plugins = [w for w in wheels if _dist_name(w) == PLUGIN_DIST]
     cores = [w for w in wheels if _dist_name(w) != PLUGIN_DIST]
     if not cores:
         # A plugin EP wheel needs an onnxruntime core beside it: the stock CPU one.
         return [
             WheelSet(
-                label=" + ".join(w.name for w in plugins), requirements=(CPU_BASELINE, *map(str, plugins)), eps=eps
+                label=" + ".join(w.name for w in plugins),
+                requirements=(CPU_BASELINE, *map(str, plugins)),
+                eps=eps if requested else _offered_eps(None, plugins),
             )
         ]
     return [
         WheelSet(
-            label=" + ".join(w.name for w in (core, *plugins)), requirements=(str(core), *map(str, plugins)), eps=eps
+            label=" + ".join(w.name for w in (core, *plugins)),
+            requirements=(str(core), *map(str, plugins)),
+            eps=eps if requested else _offered_eps(core, plugins),
         )
         for core in cores
     ]
@@ -161,10 +195,13 @@ def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
 
 
 def _ortstack_source() -> Path:
-    """The ``python/`` project this ortstack runs from; the suite venvs install it for wheel_tests."""
+    """The ``python/`` folder this ortstack runs from: the suite runs find wheel_tests there (PYTHONPATH).
+
+    Nothing of it is installed into the venvs, so they need no build backend and no index for it.
+    """
     source = Path(ortstack.__file__).resolve().parent.parent
     if not (source / "pyproject.toml").is_file() or not (source / "wheel_tests").is_dir():
-        msg = f"ortstack at {source} is not a source checkout, so wheel_tests cannot be installed from it"
+        msg = f"ortstack at {source} is not a source checkout, so the wheel suites cannot be found"
         raise SuiteError(
             msg,
             tip="install ortstack from the repository: pip install -e python",
@@ -172,10 +209,12 @@ def _ortstack_source() -> Path:
     return source
 
 
-def prepare_venv(wheel_set: WheelSet, cache_dir: Path, env: Mapping[str, str]) -> venv.Venv:
-    """A cached venv with the wheel set, what the suites need and ortstack itself (editable)."""
-    extras = (*SUITE_REQUIREMENTS, *wheel_set.extra_requirements, f"--editable={_ortstack_source()}")
-    return venv.ensure("+".join(wheel_set.requirements), cache_dir=cache_dir, env=env, extras=extras)
+def prepare_venv(
+    wheel_set: WheelSet, cache_dir: Path, env: Mapping[str, str], *, pip_args: Sequence[str] = ()
+) -> venv.Venv:
+    """A cached venv with the wheel set and what the suites need (``pip_args``: ``--no-index``, ``--find-links``)."""
+    extras = (*SUITE_REQUIREMENTS, *wheel_set.extra_requirements)
+    return venv.ensure("+".join(wheel_set.requirements), cache_dir=cache_dir, env=env, extras=extras, pip_args=pip_args)
 
 
 def run_suite(
@@ -189,6 +228,9 @@ def run_suite(
     """``python -m pytest --pyargs wheel_tests`` in ``venv``, from an empty directory outside the repo."""
     child_env = {k: v for k, v in env.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
     child_env["WHEEL_TESTS_CACHE"] = str(cache_dir / "wheel-tests")
+    child_env["PYTHONPATH"] = str(_ortstack_source())
+    if WEBGPU_LANES & set(wheel_set.eps):
+        child_env = vulkan.webgpu_env(child_env, cache_dir / "mesa-shaders")
     argv: list[str | os.PathLike[str]] = [
         suite_venv.python,
         "-m",
@@ -211,12 +253,26 @@ def run_suite(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ortstack-suite-") as outside:
         report = Path(outside) / "junit.xml"
-        argv.append(f"--junitxml={report}")
+        lanes_report = Path(outside) / "lanes.json"
+        argv += [f"--junitxml={report}", f"--lanes-json={lanes_report}"]
         done = _run.run(argv, cwd=Path(outside), env=child_env, check=False, timeout=PYTEST_TIMEOUT_S)
         counts = _junit_counts(report)
+        lanes = _lanes(lanes_report)
     return SuiteResult(
-        wheel_set=wheel_set, returncode=done.returncode, seconds=time.perf_counter() - start, counts=counts
+        wheel_set=wheel_set,
+        returncode=done.returncode,
+        seconds=time.perf_counter() - start,
+        counts=counts,
+        lanes=lanes,
     )
+
+
+def _lanes(report: Path) -> tuple[Lane, ...]:
+    """The lanes the suite's plugin reported (our own file, written by the run above)."""
+    if not report.is_file():
+        return ()
+    rows = json.loads(report.read_text(encoding="utf-8"))
+    return tuple(Lane(ep=ep, run=bool(row["run"]), reason=str(row["reason"])) for ep, row in rows.items())
 
 
 def _junit_counts(report: Path) -> str:
@@ -231,6 +287,36 @@ def _junit_counts(report: Path) -> str:
     return ", ".join(parts)
 
 
+def check_lanes_can_run(sets: Sequence[WheelSet], env: Mapping[str, str]) -> None:
+    """Stop before any venv is made when a WebGPU lane asked for has no driver to run on."""
+    asked = sorted({ep for s in sets for ep in s.eps} & WEBGPU_LANES)
+    missing = vulkan.missing_driver(env) if asked else None
+    if missing is not None:
+        msg = f"the {' and '.join(asked)} lanes cannot run: {missing}"
+        raise SuiteError(msg, tip=vulkan.LAVAPIPE_TIP)
+
+
+def _lane_rows(results: Sequence[SuiteResult]) -> list[list[str]]:
+    rows = []
+    for r in results:
+        lanes = {lane.ep: lane for lane in r.lanes}
+        for ep in r.wheel_set.eps:
+            lane = lanes.get(ep)
+            state = "run" if lane is not None and lane.run else "NOT RUN"
+            why = lane.reason if lane is not None else "the suite reported nothing for it"
+            rows.append([r.wheel_set.label, ep, state, why])
+    return rows
+
+
+def _not_run_tip(lane: Lane) -> str:
+    fix = (
+        vulkan.LAVAPIPE_TIP
+        if lane.reason.startswith("no usable device")
+        else "test a wheel set that provides it, or narrow the lanes with `--ep cpu`"
+    )
+    return f"{lane.ep} not run: {lane.reason}; {fix}"
+
+
 def run_all(
     wheels: Sequence[Path],
     requested: Sequence[str],
@@ -239,10 +325,13 @@ def run_all(
     env: Mapping[str, str],
     pytest_args: Sequence[str] = (),
     genai: bool = False,
+    pip_args: Sequence[str] = (),
 ) -> list[SuiteResult]:
+    """Run every wheel set's suite; a failed test, a crash or a lane asked for that did not run fails."""
     sets = plan(wheels, requested)
     if genai:
         sets = with_genai(sets)
+    check_lanes_can_run(sets, env)
     if any(s.baseline for s in sets):
         log.loud(
             "No wheel under test: running the suites on the STOCK BASELINE wheels "
@@ -252,17 +341,19 @@ def run_all(
     results = []
     for wheel_set in sets:
         with log.step(f"test {wheel_set.label} on {', '.join(wheel_set.eps)}"):
-            suite_venv = prepare_venv(wheel_set, cache_dir, env)
+            suite_venv = prepare_venv(wheel_set, cache_dir, env, pip_args=pip_args)
             results.append(run_suite(wheel_set, suite_venv, env, cache_dir=cache_dir, pytest_args=pytest_args))
     log.table(
         "wheel suites",
         ["wheel set", "EPs", "result", "tests", "time"],
         [[r.wheel_set.label, ",".join(r.wheel_set.eps), r.outcome, r.counts, f"{r.seconds:.0f} s"] for r in results],
     )
-    failed = [r for r in results if r.returncode != 0]
+    log.table("lanes", ["wheel set", "EP", "state", "why"], _lane_rows(results))
+    failed = [r for r in results if r.returncode != 0 or r.not_run]
     if failed:
-        raise SuiteError(
-            "wheel suites failed for " + "; ".join(f"{r.wheel_set.label}: {r.outcome}" for r in failed),
-            tip="the pytest output above names the failing tests; rerun one with: ortstack test -- -k NAME",
-        )
+        not_run = [lane for r in failed for lane in r.not_run]
+        tip = _not_run_tip(not_run[0]) if not_run else RERUN_TIP
+        msg = "wheel suites failed for " + "; ".join(f"{r.wheel_set.label}: {r.outcome}" for r in failed)
+        raise SuiteError(msg, tip=tip)
+    log.success(f"wheel suites passed: {len(results)} wheel sets, every lane asked for ran")
     return results

@@ -3,8 +3,10 @@
 A *wheel spec* names what to install as one string: a local ``.whl`` path, a requirement string
 (``onnxruntime-webgpu==1.27.0``), or several joined with ``+``
 (``onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0``). A ``+`` that starts a PEP 440 local
-version (``1.27.0+stack.ab12``) stays part of its requirement: a new part begins only where the text
-after ``+`` is a path, a ``.whl`` or a requirement with a version specifier.
+version stays part of its requirement (``onnxruntime==1.27.0+stack.ab12``) or wheel file name
+(``dist/onnxruntime_webgpu-1.21.0+stack.ab12-cp312-cp312-linux_x86_64.whl``, as every wheel ortstack
+builds is named): a new part begins only where the text before ``+`` is complete (a ``.whl`` path
+or a requirement) and the text after it is a path, a ``.whl`` or a requirement with a specifier.
 
 The cache key covers the interpreter, the parts (a local wheel by its sha256) and the extras, so a
 rebuilt wheel gets a new venv and an unchanged one is reused. A venv counts as ready only once
@@ -20,13 +22,14 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from ortstack import _run, log
+from ortstack import _run, log, wheelfile
 from ortstack.errors import ConfigError, SuiteError
 
 if TYPE_CHECKING:
@@ -54,11 +57,25 @@ def _starts_new_part(text: str) -> bool:
         return False
 
 
+def _inside_wheel_name(before: str, rest: str) -> bool:
+    """Whether the ``+`` between ``before`` and ``rest`` is the local-version ``+`` of one wheel file name."""
+    if before.endswith(".whl") or ".whl" not in rest:
+        return False
+    candidate = f"{before}+{rest[: rest.index('.whl') + len('.whl')]}"
+    try:
+        parse_wheel_filename(PurePath(candidate).name)
+    except InvalidWheelFilename:
+        return False
+    return True
+
+
 def parse_wheel_spec(spec: str) -> tuple[str, ...]:
     """Split a wheel spec into pip arguments; local wheel paths become absolute."""
     parts: list[str] = []
-    for piece in spec.split("+"):
-        if parts and not _starts_new_part(piece):
+    pieces = spec.split("+")
+    for index, piece in enumerate(pieces):
+        joins = _inside_wheel_name(parts[-1], "+".join(pieces[index:])) if parts else False
+        if parts and (joins or not (parts[-1].endswith(".whl") or _starts_new_part(piece))):
             parts[-1] = f"{parts[-1]}+{piece}"
         else:
             parts.append(piece)
@@ -68,11 +85,7 @@ def parse_wheel_spec(spec: str) -> tuple[str, ...]:
             msg = f"wheel spec {spec!r} has an empty part"
             raise ConfigError(msg, tip="join requirements with a single '+'")
         if part.endswith(".whl"):
-            path = Path(part).expanduser().resolve()
-            if not path.is_file():
-                msg = f"wheel {path} does not exist"
-                raise ConfigError(msg, tip="build it with `nox -s build` or fix the path")
-            resolved.append(str(path))
+            resolved.append(str(wheelfile.check(Path(part)).path))
             continue
         try:
             Requirement(part)
@@ -88,14 +101,7 @@ def parse_wheel_spec(spec: str) -> tuple[str, ...]:
 
 def spec_label(spec: str) -> str:
     """A short human name for a spec: wheel file names without the tags, requirements as written."""
-    labels = []
-    for part in parse_wheel_spec(spec):
-        if part.endswith(".whl"):
-            name, version = Path(part).name.split("-")[:2]
-            labels.append(f"{name}=={version}")
-        else:
-            labels.append(part)
-    return " + ".join(labels)
+    return " + ".join(wheelfile.check(Path(p)).label if p.endswith(".whl") else p for p in parse_wheel_spec(spec))
 
 
 def _file_digest(path: Path) -> str:

@@ -20,7 +20,7 @@ from wheel_tests import eps
 from wheel_tests.probes import ProbeResult, run_probe
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
 State = Literal["present", "absent", "unknown"]
 QLORA_OP = "MatMulNBitsQLoRA"
@@ -108,6 +108,37 @@ def empty_weight_probe(ep: eps.EpKind, dtype: str = "fp32", *, bits: int = 4, bi
     return run_probe("empty-weight", *args, *(["--bias"] if bias else []))
 
 
+@cache
+def matmul_nbits_probe(ep: eps.EpKind, bits: int, dtype: str = "fp32") -> ProbeResult:
+    """Whether ``ep`` runs a ``bits``-bit MatMulNBits (onnxruntime 1.21's CPU EP refuses 8 bits)."""
+    return run_probe("matmul-nbits", "--ep", ep, "--bits", str(bits), "--dtype", dtype)
+
+
+@cache
+def paged_attention_probe(ep: eps.EpKind) -> ProbeResult:
+    """Whether ``ep`` has a PagedAttention kernel that gives the reference's numbers."""
+    return run_probe("paged-attention", "--ep", ep)
+
+
+def absent_because(probe: ProbeResult) -> str | None:
+    """Why a feature counts as absent, from its probe: only a refusal (an error) is absence.
+
+    ``ok`` is present; ``mismatch`` is present but wrong and ``crash`` is present but broken, both
+    for the test to fail on. The reason is the wheel's own first line of refusal.
+    """
+    return probe.detail if probe.outcome == "error" else None
+
+
+def assert_refused(make_session: Callable[[], object], reason: str) -> None:
+    """The refusal a probe saw happens in this process too: the session is not made."""
+    try:
+        make_session()
+    except Exception:  # noqa: BLE001 - onnxruntime refuses with several exception types
+        return
+    msg = f"a probe saw the wheel refuse ({reason}), but this process made the session"
+    raise AssertionError(msg)
+
+
 def claimed(feature: str) -> bool:
     """Whether an ortstack build says its patches add ``feature`` (build info ``extra.features``).
 
@@ -159,6 +190,23 @@ def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
             evidence="AdapterFormat, LoraAdapter, RunOptions.add_active_adapter",
         ),
     ]
+    for ep in runnable:
+        probe = matmul_nbits_probe(ep, 8)
+        rows.append(
+            Feature(
+                name=f"MatMulNBits 8-bit ({ep})",
+                state="present" if absent_because(probe) is None else "absent",
+                evidence=probe.describe(),
+            )
+        )
+        probe = paged_attention_probe(ep)
+        rows.append(
+            Feature(
+                name=f"PagedAttention kernel ({ep})",
+                state="present" if absent_because(probe) is None else "absent",
+                evidence=probe.describe(),
+            )
+        )
     for ep in runnable:
         probe = empty_weight_probe(ep)
         rows.append(

@@ -5,7 +5,9 @@ Load it explicitly: ``python -m pytest -p wheel_tests.plugin --pyargs wheel_test
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -30,6 +32,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=[*eps.EP_KINDS, "all"],
         help="execution provider(s) to test: cpu, webgpu (built-in), plugin (WebGPU plugin EP) or all "
         "(repeatable; default all). EPs the wheel set lacks, or with no device, are reported as not run.",
+    )
+    group.addoption(
+        "--lanes-json",
+        metavar="PATH",
+        help="write each requested EP's lane (run or not, and why) to PATH as JSON, for `ortstack test`",
     )
 
 
@@ -95,6 +102,14 @@ def record_baseline(request: pytest.FixtureRequest) -> Callable[[str], None]:
 def record_feature(request: pytest.FixtureRequest) -> Callable[[capabilities.Feature], None]:
     """Settle a feature-matrix row that only a test can decide; listed at the end of the run."""
     return request.config.stash[FEATURES_KEY].append
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--lanes-json")
+    if path:
+        lanes = {ep: capabilities.ep_status(ep) for ep in requested_eps(session.config)}
+        rows = {ep: {"run": status.runnable, "reason": status.reason} for ep, status in lanes.items()}
+        Path(path).write_text(json.dumps(rows, indent=1), encoding="utf-8")
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.Config) -> None:

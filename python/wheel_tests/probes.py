@@ -89,6 +89,37 @@ def _empty_weight(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
     return "mismatch", f"output shape {y.shape}, max |y - expected| {np.abs(y - expected).max(initial=0)}"
 
 
+def _matmul_nbits(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
+    """A small MatMulNBits of ``--bits`` against the reference: does the EP have that kernel?"""
+    from wheel_tests import eps, models, reference  # noqa: PLC0415
+
+    dtype = np.float16 if args.dtype == "fp16" else np.float32
+    rng = np.random.default_rng(args.bits)
+    weight = reference.quantize(rng.standard_normal((64, 32)), bits=args.bits, zero_points=False, dtype=dtype)
+    session = eps.make_session(models.matmul_nbits(weight, dtype=dtype), cast("eps.EpKind", ep))
+    a: reference.FloatArray = rng.standard_normal((2, 64)).astype(dtype)
+    (y,) = session.run(None, {"A": a})
+    try:
+        reference.assert_close(y, reference.matmul_nbits(a, weight), dtype=dtype)
+    except AssertionError as exc:
+        return "mismatch", str(exc)
+    return "ok", f"{args.bits}-bit {args.dtype} output matches the reference"
+
+
+def _paged_attention(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
+    """Plain PagedAttention (no Q/K norm) against the reference: is the kernel registered on the EP?"""
+    from wheel_tests import eps, paged  # noqa: PLC0415
+
+    inputs = paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=False)
+    session = eps.make_session(paged.model(qk_norm=False), cast("eps.EpKind", ep))
+    outputs = [np.asarray(o) for o in session.run(None, paged.feeds(inputs))]
+    try:
+        paged.check(outputs, inputs)
+    except AssertionError as exc:
+        return "mismatch", str(exc)
+    return "ok", "output and caches match the reference"
+
+
 def _qlora_empty_defaults(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
     """The INT8-adapter QLoRA pattern with zero-sized defaults: base-only without an adapter,
     base + adapter with one, in the same session."""
@@ -133,6 +164,8 @@ def _qk_norm(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
 PROBES: dict[str, Callable[[str, argparse.Namespace], tuple[Outcome, str]]] = {
     "device": _device,
     "empty-weight": _empty_weight,
+    "matmul-nbits": _matmul_nbits,
+    "paged-attention": _paged_attention,
     "qlora-empty-defaults": _qlora_empty_defaults,
     "qk-norm": _qk_norm,
 }

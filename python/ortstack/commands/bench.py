@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortstack import bench, log
+from ortstack.commands import add_install_options, install_args
 
 if TYPE_CHECKING:
     import argparse
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--genai-model", type=Path, help="a model made by wheel_bench.genai_model (skips the build)")
     parser.add_argument("--builder-python", type=Path, help="interpreter with torch/transformers for the model build")
     parser.add_argument("--bandwidth-gbs", type=float, help="device bandwidth for the floor column")
-    parser.add_argument("--offline-wheels", type=Path, help="install only from this folder of wheels (no index)")
+    add_install_options(parser)
     parser.add_argument(
         "--system-site-packages", action="store_true", help="venvs see this interpreter's packages (offline hosts)"
     )
@@ -52,9 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, config: Settings) -> int:
     default_wheel = "onnxruntime-webgpu==1.27.0"
     wheels = tuple(args.wheel) or (default_wheel, "onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0")
-    pip_args: tuple[str, ...] = ()
-    if args.offline_wheels is not None:
-        pip_args = ("--no-index", "--no-deps", "--find-links", str(args.offline_wheels.resolve()))
+    pip_args = install_args(args)
     options = bench.BenchOptions(
         wheels=wheels,
         ep=args.ep,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import buildinfo
+from ortstack import buildinfo, wheelfile
 
 if TYPE_CHECKING:
     import argparse
@@ -20,5 +20,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:  # noqa: ARG001 - the verb interface
-    print(buildinfo.read_from_wheel(args.wheel).to_json(), end="")
+    print(buildinfo.read_from_wheel(wheelfile.check(args.wheel).path).to_json(), end="")
     return 0

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortstack import suites
+from ortstack.commands import add_install_options, install_args
+from ortstack.errors import UsageError
 
 if TYPE_CHECKING:
     import argparse
@@ -13,6 +15,10 @@ if TYPE_CHECKING:
     from ortstack.settings import Settings
 
 HELP = "Run the wheel test suites in fresh venvs: the newest wheels in dist/, else the stock baselines."
+EXAMPLES = """examples:
+  ortstack test                                  every lane of the newest wheels in dist/
+  ortstack test --wheel dist/onnxruntime_webgpu-1.21.0+stack.ab12-cp312-cp312-linux_x86_64.whl --ep cpu
+  ortstack test --find-links wheelhouse --no-index -- -k matmul   offline, one test module's tests"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,26 +27,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         default=[],
-        help="a wheel under test (repeatable; an onnxruntime-ep-webgpu wheel joins each core wheel)",
+        help="a wheel under test (repeatable; default: the newest of each name in dist/, else the stock "
+        "baselines); an onnxruntime-ep-webgpu wheel joins each core wheel",
     )
     parser.add_argument(
         "--ep",
         action="append",
         choices=suites.EP_CHOICES,
         default=[],
-        help="execution provider to test (repeatable; default all); missing ones are reported as not run",
+        help="lane to test (repeatable; default: every EP the wheels provide, all three for the baselines); "
+        "a lane asked for that cannot run fails the run",
     )
     parser.add_argument(
         "--genai",
         action="store_true",
         help="also run the onnxruntime-genai end-to-end suite (own venv with CPU torch and transformers)",
     )
-    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
+    add_install_options(parser)
+    parser.add_argument("pytest_args", nargs="*", help="pytest options for the wheel suites, after --")
+
+
+def _check_pytest_args(pytest_args: list[str]) -> None:
+    """The wheel suites run from an empty folder as ``--pyargs wheel_tests``: a path means another suite."""
+    paths = [a for a in pytest_args if not a.startswith("-") and (a.endswith(".py") or Path(a).exists())]
+    if paths:
+        msg = f"`ortstack test` runs the wheel suites, which take pytest options, not paths: {' '.join(paths)}"
+        raise UsageError(msg, tip=f"the orchestrator's own tests run with: nox -s selftest -- {' '.join(paths)}")
 
 
 def main(args: argparse.Namespace, config: Settings) -> int:
+    _check_pytest_args(args.pytest_args)
+    pip_args = install_args(args)
     wheels = [w.resolve() for w in args.wheel] or suites.newest_wheels(config.dist_dir)
     suites.run_all(
-        wheels, args.ep, cache_dir=config.cache_dir, env=config.env, pytest_args=args.pytest_args, genai=args.genai
+        wheels,
+        args.ep,
+        cache_dir=config.cache_dir,
+        env=config.env,
+        pytest_args=args.pytest_args,
+        genai=args.genai,
+        pip_args=pip_args,
     )
     return 0

@@ -1,0 +1,70 @@
+"""WebGPU's driver on Linux: Dawn runs on Vulkan, through a GPU's driver or Mesa's lavapipe on the CPU.
+
+The suites and the bench ask here before building any venv: is there a Vulkan driver at all (an ICD
+manifest the loader can find), and is lavapipe the only one? Then the environment is set as
+``ci/lavapipe.sh`` documents, so a user who installed lavapipe needs to export nothing. Windows and
+macOS reach WebGPU through D3D12 and Metal, which need no check here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.json")
+# Where the Vulkan loader looks for driver manifests (its Linux defaults), unless told by the env.
+ICD_DIRS = (
+    Path("/etc/vulkan/icd.d"),
+    Path("/usr/local/share/vulkan/icd.d"),
+    Path("/usr/share/vulkan/icd.d"),
+)
+ICD_ENV = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES")
+LAVAPIPE_TIP = (
+    "WebGPU needs a Vulkan driver: `sudo bash ci/lavapipe.sh` installs Mesa's lavapipe (a CPU driver, no GPU "
+    "needed), or install your GPU's driver; to test only the CPU EP, narrow the lanes with `--ep cpu`"
+)
+
+
+def checked_here() -> bool:
+    """Only Linux reaches WebGPU through Vulkan; elsewhere there is nothing to check."""
+    return sys.platform.startswith("linux")
+
+
+def driver_manifests(env: Mapping[str, str]) -> list[Path]:
+    """The Vulkan driver manifests the loader would use: the env's list, else its default folders."""
+    for name in ICD_ENV:
+        if env.get(name):
+            return [Path(p) for p in env[name].split(":") if p and Path(p).is_file()]
+    return sorted(p for folder in ICD_DIRS if folder.is_dir() for p in folder.glob("*.json"))
+
+
+def missing_driver(env: Mapping[str, str]) -> str | None:
+    """None when WebGPU has a driver to run on here, else why not (one line)."""
+    if not checked_here() or driver_manifests(env):
+        return None
+    told = next((name for name in ICD_ENV if env.get(name)), None)
+    if told is not None:
+        return f"{told}={env[told]} names no existing Vulkan driver manifest"
+    return f"no Vulkan driver is installed (no manifest in {', '.join(map(str, ICD_DIRS))})"
+
+
+def software_only(env: Mapping[str, str]) -> bool:
+    """Whether the one Vulkan driver here is lavapipe, so WebGPU runs on the CPU."""
+    manifests = driver_manifests(env)
+    return bool(manifests) and all("lvp" in p.name for p in manifests)
+
+
+def webgpu_env(env: Mapping[str, str], shader_cache: Path) -> dict[str, str]:
+    """``env`` for WebGPU runs: with lavapipe as the only driver, what ``ci/lavapipe.sh`` would export."""
+    out = dict(env)
+    if checked_here() and software_only(env):
+        out.setdefault("VK_DRIVER_FILES", ":".join(map(str, driver_manifests(env))))
+        # The plugin EP lists no software adapter unless told to, silently.
+        out.setdefault("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER", "1")
+        out.setdefault("MESA_SHADER_CACHE_DIR", str(shader_cache))
+        out.setdefault("MESA_SHADER_CACHE_MAX_SIZE", "1G")
+    return out
