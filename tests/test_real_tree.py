@@ -174,7 +174,8 @@ def test_options_are_the_ones_the_tree_reads(project: RealProject) -> None:
 
 def test_the_plugin_variant_is_refused_naming_what_the_tree_lacks(project: RealProject) -> None:
     line = one_error(project.run("build", "--variant", "plugin"), 3)
-    assert "cannot build a plugin variant: its cmake never reads onnxruntime_USE_EP_API_ADAPTERS" in line
+    expected = "reads neither onnxruntime_USE_EP_API_ADAPTERS nor onnxruntime_BUILD_WEBGPU_EP_STATIC_LIB"
+    assert f"cannot build a plugin variant: its cmake {expected}" in line
     assert not (project.root / "dist").exists()
 
 

@@ -4,8 +4,8 @@ A variant kind names the options it wants (``variants``); the tree says which of
 The rule is the same for every option: one the tree reads is passed; an ON option it does not read
 is a feature the tree lacks, and the variant is refused before anything compiles; anything else it
 does not read (an OFF switch, a value for a generator it does not have) is left out, because cmake
-would ignore it without a word. Some options were renamed between versions; ``RENAMED`` lists the
-older names a tree may read instead.
+would ignore it without a word. Some options are named otherwise in some versions; ``EQUIVALENT`` lists the
+names a tree may read instead.
 """
 
 from __future__ import annotations
@@ -23,10 +23,16 @@ if TYPE_CHECKING:
 
     from ortstack.config import Variant
 
-RENAMED = {
+# Options named otherwise in some trees: (name, whether its value is the opposite). A tree gets
+# every name of the group it reads.
+EQUIVALENT: dict[str, tuple[tuple[str, bool], ...]] = {
     # Dawn as one shared library: onnxruntime_BUILD_DAWN_MONOLITHIC_LIBRARY in 1.21's
     # cmake/CMakeLists.txt, onnxruntime_BUILD_DAWN_SHARED_LIBRARY from 1.22 on.
-    "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": ("onnxruntime_BUILD_DAWN_MONOLITHIC_LIBRARY",),
+    "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": (("onnxruntime_BUILD_DAWN_MONOLITHIC_LIBRARY", False),),
+    # The WebGPU plugin EP library: onnxruntime_BUILD_WEBGPU_EP_STATIC_LIB=OFF in 1.25's
+    # cmake/onnxruntime_providers_webgpu.cmake (its default; ON links the EP into onnxruntime, which
+    # is build.py's `--use_webgpu` default), onnxruntime_USE_EP_API_ADAPTERS=ON in later trees.
+    "onnxruntime_USE_EP_API_ADAPTERS": (("onnxruntime_BUILD_WEBGPU_EP_STATIC_LIB", True),),
 }
 # onnxruntime 1.21 has no mirror option: it looks for each URL under <tree>/mirror/ (REPO_ROOT).
 TREE_MIRROR_MARKER = "${REPO_ROOT}/mirror/"
@@ -72,9 +78,15 @@ def _is_option(name: str) -> bool:
     return name.startswith("onnxruntime_")
 
 
-def _tree_option(reading: cmake_scan.TreeCMake, name: str) -> str | None:
-    candidates: tuple[str, ...] = (name, *RENAMED.get(name, ()))
-    return next((candidate for candidate in candidates if reading.reads(candidate)), None)
+def _as_tree_reads(reading: cmake_scan.TreeCMake, name: str, value: str) -> dict[str, str]:
+    """``name=value`` as this tree reads it: under each name of its group the tree reads."""
+    group = ((name, False), *EQUIVALENT.get(name, ()))
+    opposite = {"ON": "OFF", "OFF": "ON"}
+    return {
+        candidate: (opposite[value.upper()] if inverted and value.upper() in opposite else value)
+        for candidate, inverted in group
+        if reading.reads(candidate)
+    }
 
 
 def _options(reading: cmake_scan.TreeCMake, variant: Variant, platform: str) -> tuple[dict[str, str], list[str]]:
@@ -82,11 +94,13 @@ def _options(reading: cmake_scan.TreeCMake, variant: Variant, platform: str) -> 
     defines: dict[str, str] = {}
     left_out: list[str] = []
     for name, value in wanted.items():
-        actual = _tree_option(reading, name) if _is_option(name) else name
-        if actual is not None:
-            defines[actual] = value
+        read = _as_tree_reads(reading, name, value) if _is_option(name) else {name: value}
+        if read:
+            defines.update(read)
         elif variants.is_on(value):
-            msg = f"this onnxruntime tree cannot build a {variant.kind} variant: its cmake never reads {name}"
+            names = [name, *(other for other, _ in EQUIVALENT.get(name, ()))]
+            reads = f"never reads {name}" if len(names) == 1 else "reads neither " + " nor ".join(names)
+            msg = f"this onnxruntime tree cannot build a {variant.kind} variant: its cmake {reads}"
             raise _fail(variant, msg, tip="pin an onnxruntime commit that has it, or drop this variant")
         else:
             left_out.append(f"{name}={value}")
