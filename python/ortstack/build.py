@@ -40,6 +40,7 @@ from ortstack import (
     series,
     toolchain,
     variants,
+    wgsl,
     wheel,
 )
 from ortstack.buildinfo import BuildInfo, PatchInfo
@@ -333,7 +334,7 @@ def _build(
     log_file = settings.work_dir / "logs" / f"build-{variant.name}.log"
     touch_changed_files(tree, build_dir, settings.env)
     log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
-    env = {**settings.env, **tools.cache_env}
+    env = {**settings.env, **tools.cache_env, **wgsl.build_env(tree, settings)}
     toolchain.start_cache_server(tools, env, log_file.with_name("sccache-server.log"))
     landed = _compile(
         settings,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import config, dep_sources, fetch, log
+from ortstack import config, dep_sources, fetch, log, wgsl
 
 if TYPE_CHECKING:
     import argparse
@@ -55,5 +55,8 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         with log.step("mirror cmake/deps.txt"):
             local = dep_sources.declared_sources(stack, dep_sources.parse_cli(args.dep_source))
             mirrored = dep_sources.mirror_for(settings, result.source_dir, stack, local)
+            npm = wgsl.fill_cache(result.source_dir, settings)
         log.success(mirrored)
+        if npm:
+            log.success(npm)
     return 0
