@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import nox
@@ -42,11 +43,18 @@ def patch(session: nox.Session) -> None:
 
 @nox.session(reuse_venv=True, tags=["pipeline"])
 def build(session: nox.Session) -> None:
-    """Build the variants' wheels into dist/ (fetch --deps and patch first; both are no-ops when done)."""
+    """Build the variants' wheels into dist/ (fetch --deps and patch first; both are no-ops when done).
+
+    `--source-dir PATH` (a local onnxruntime checkout at the pin) goes to fetch and patch, the rest to build.
+    """
+    parser = argparse.ArgumentParser(prog="nox -s build --")
+    parser.add_argument("--source-dir")
+    sources, build_args = parser.parse_known_args(session.posargs)
+    source = ["--source-dir", sources.source_dir] if sources.source_dir else []
     _install_ortstack(session, "build")
-    session.run("ortstack", "fetch", "--deps")
-    session.run("ortstack", "patch")
-    session.run("ortstack", "build", *session.posargs)
+    session.run("ortstack", "fetch", "--deps", *source)
+    session.run("ortstack", "patch", *source)
+    session.run("ortstack", "build", *build_args)
 
 
 @nox.session(name="bench-orchestrator", default=False, tags=["bench"])
@@ -69,18 +77,30 @@ def status(session: nox.Session) -> None:
     _ortstack(session, "status")
 
 
-@nox.session(reuse_venv=True)
-def lint(session: nox.Session) -> None:
-    """Run ruff and mypy (strict) over the orchestrator, its tests and this file."""
-    _install_ortstack(session, "lint")
+def _lint(session: nox.Session) -> None:
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
 
 
-@nox.session(requires=["lint"])
+@nox.session(reuse_venv=True)
+def lint(session: nox.Session) -> None:
+    """Run ruff and mypy (strict) over the orchestrator, its tests and this file."""
+    _install_ortstack(session)
+    _lint(session)
+
+
+@nox.session
 def test(session: nox.Session) -> None:
-    """Lint, the orchestrator's tests, then the wheel suites (args go to `ortstack test`, e.g. --ep cpu)."""
+    """Check the machine, lint, the orchestrator's tests, then the wheel suites (args go to `ortstack test`).
+
+    The check comes first and takes seconds: the arguments, a Vulkan driver for the WebGPU lanes and the
+    system tools, each missing one named with the command that installs it.
+    """
+    _install_ortstack(session)
+    session.run("ortstack", "test", "--preflight", *session.posargs)
+    _lint(session)
     _install_ortstack(session, "test")
     session.run("pytest")
     session.run("ortstack", "test", *session.posargs)

@@ -5,10 +5,11 @@
 # Bookworm's own Mesa 22.3 is rejected by Dawn (it lacks shaderUniform*ArrayDynamicIndexing);
 # bookworm-backports carries Mesa 25, which works; newer distributions' own Mesa works too.
 #
-# Usage:  ci/lavapipe.sh            installs (as root or through sudo), then prints the environment
-#         eval "$(ci/lavapipe.sh)"  installs and exports the environment into the current shell
-# MESA_SHADER_CACHE_DIR (default: ~/.cache/ortstack/mesa-shaders) is where Mesa keeps compiled
-# shaders; persist it between CI runs: cold shader compilation dominates WebGPU tests on lavapipe.
+# Usage:  sudo bash ci/lavapipe.sh   (or as root; it calls sudo itself when needed)
+# Nothing needs exporting afterwards: where lavapipe is the only Vulkan driver, `ortstack test` and
+# `ortstack bench` point WebGPU at it themselves (VK_DRIVER_FILES, the plugin EP's
+# ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1, a persistent Mesa shader cache under the ortstack cache).
+# Other programs that should use it: the lines printed at the end say what to export.
 set -euo pipefail
 
 if [[ "$(uname -s)" != Linux ]]; then
@@ -49,14 +50,6 @@ if (( mesa_major < 24 )); then
   exit 2
 fi
 
-SHADER_CACHE="${MESA_SHADER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ortstack/mesa-shaders}"
-mkdir -p "$SHADER_CACHE"
-echo "ci/lavapipe.sh: Mesa $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers), shader cache $SHADER_CACHE" >&2
-
-# What to export: the driver to load, the plugin EP's opt-in to a software adapter, the shader cache.
-cat <<ENV
-export VK_DRIVER_FILES=$ICD
-export ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1
-export MESA_SHADER_CACHE_DIR=$SHADER_CACHE
-export MESA_SHADER_CACHE_MAX_SIZE=1G
-ENV
+echo "ci/lavapipe.sh: Mesa $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers) lavapipe at $ICD;" \
+  "ortstack test and bench use it as it is. Other programs: export VK_DRIVER_FILES=$ICD" \
+  "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1"

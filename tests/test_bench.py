@@ -14,10 +14,16 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from clirun import one_error
+from ortstack import vulkan
 from ortstack.bench import interleaved_order
+
+if TYPE_CHECKING:
+    from clirun import RunOrtstack
 
 PYTHON_SRC = Path(__file__).parents[1] / "python"
 
@@ -98,3 +104,20 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
     assert "order of worker runs: A1 B1 B2 A2" in markdown
     assert "CPU-measured" not in markdown  # the CPU EP is not a software WebGPU adapter
     assert (out / "ops.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_webgpu_bench_without_a_driver_fails_before_any_venv_or_model(
+    run_ortstack: RunOrtstack, tmp_path: Path
+) -> None:
+    """`nox -s bench` with no wheel and no GPU: the stock WebGPU wheels on a machine without lavapipe."""
+    empty = tmp_path / "no-drivers"
+    empty.mkdir()
+    env = {name: str(empty) for name in ("XDG_DATA_DIRS", "XDG_CONFIG_DIRS", "XDG_DATA_HOME", "XDG_CONFIG_HOME")}
+    env |= dict.fromkeys(vulkan.ICD_ENV, "")  # unset: the loader searches its folders
+    cache = tmp_path / "cache"
+    result = run_ortstack("bench", "--cache-dir", cache, "--work-dir", tmp_path / "work", env=env)
+    line = one_error(result, 7)
+    assert "the webgpu bench cannot run: no Vulkan driver is installed" in line
+    assert "sudo bash ci/lavapipe.sh" in result.stderr
+    assert "ortstack bench --ep cpu" in result.stderr
+    assert not cache.exists(), "no venv and no model were made"

@@ -91,9 +91,9 @@ def assert_ok(result: subprocess.CompletedProcess[str]) -> str:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream, cli_env: dict[str, str]) -> Project:
     project = make_project(tmp_path_factory.mktemp("build") / "project", upstream, cli_env)
-    assert_ok(project.ortstack("fetch", "--deps"))
-    assert_ok(project.ortstack("patch"))
-    assert_ok(project.ortstack("build"))
+    assert "ok: " in assert_ok(project.ortstack("fetch", "--deps"))
+    assert "ok: prepared webgpu" in assert_ok(project.ortstack("patch"))
+    assert f"ok: 3 wheels in {project.dist}" in " ".join(assert_ok(project.ortstack("build")).split())
     return project
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -12,9 +14,9 @@ from ortstack.errors import EXIT_CODES, NotAWheelError
 from upstream import Upstream, stack_toml
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from clirun import RunOrtstack
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_top_level_help_lists_verbs_and_exit_codes(run_ortstack: RunOrtstack) -> None:
@@ -27,14 +29,82 @@ def test_top_level_help_lists_verbs_and_exit_codes(run_ortstack: RunOrtstack) ->
         assert f"{code:>3}  {meaning}" in result.stdout
 
 
+COMMON = ("--stack", "--cache-dir", "--work-dir", "--dist-dir", "--locked", "--no-wait")
+# What each verb reads of the common options (the settings it passes on); the rest would do nothing.
+USES = {
+    "fetch": {"--stack", "--cache-dir", "--locked", "--no-wait"},
+    "patch": {"--stack", "--cache-dir", "--work-dir", "--locked", "--no-wait"},
+    "build": set(COMMON),
+    "status": {"--stack", "--cache-dir", "--work-dir", "--dist-dir"},
+    "inspect": set(),
+    "refresh-patches": {"--stack", "--cache-dir", "--locked"},
+    "test": {"--cache-dir", "--dist-dir"},
+    "bench": {"--cache-dir", "--work-dir"},
+}
+ENV_OF = {"--stack": "ORTSTACK_STACK", "--cache-dir": "ORTSTACK_CACHE_DIR", "--work-dir": "ORTSTACK_WORK_DIR"}
+ENV_OF |= {"--dist-dir": "ORTSTACK_DIST_DIR", "--locked": "ORTSTACK_LOCKED=1"}
+
+
+def _help_entry(text: str, option: str) -> str:
+    """The help text of ``option`` in argparse's output, on one line."""
+    found = re.search(rf"^  {re.escape(option)}\b.*?(?=^  -|^\S|\Z)", text, re.MULTILINE | re.DOTALL)
+    assert found is not None, f"{option} not in the help"
+    return " ".join(found.group(0).split())
+
+
 @pytest.mark.parametrize("verb", [v.replace("_", "-") for v in VERBS])
-def test_each_verb_help_has_options_and_exit_codes(run_ortstack: RunOrtstack, verb: str) -> None:
+def test_each_verb_help_has_its_options_defaults_examples_and_exit_codes(run_ortstack: RunOrtstack, verb: str) -> None:
+    assert set(USES) == {v.replace("_", "-") for v in VERBS}
     result = run_ortstack(verb, "--help")
     assert result.returncode == 0
-    for option in ("--stack", "--cache-dir", "--locked", "--no-wait", "--debug-traceback"):
-        assert option in result.stdout
-    assert "exit codes:" in result.stdout
-    assert "8  lock held by another ortstack process" in result.stdout
+    out = result.stdout
+    for option in COMMON:
+        assert (re.search(rf"^  {option}\b", out, re.MULTILINE) is not None) == (option in USES[verb]), option
+    for option in USES[verb] & set(ENV_OF):  # --no-wait is a switch with no setting behind it
+        entry = _help_entry(out, option)
+        assert f"env {ENV_OF[option]}" in entry, entry
+        if option != "--locked":
+            assert "default:" in entry, entry
+    assert "--debug-traceback" in out
+    lines = out.split("examples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    examples = [line for line in lines if not line.startswith("      ")]  # a long one continues indented
+    assert 1 <= len(examples) <= 2, examples
+    assert all(line.strip().startswith(f"ortstack {verb}") for line in examples), examples
+    assert "exit codes:" in out
+    assert "8  lock held by another ortstack process" in out
+
+
+def test_the_readme_and_the_helps_agree(run_ortstack: RunOrtstack) -> None:
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    refresh = " ".join(run_ortstack("refresh-patches", "--help").stdout.split())
+    assert "pin their sha256 (and head) in stack.toml itself" in refresh
+    assert "`nox -s refresh-patches` downloads them and pins head and sha256 in `stack.toml` itself" in readme
+    defaults = {"--cache-dir": "~/.cache/ortstack", "--work-dir": "./build", "--dist-dir": "./dist"}
+    build = run_ortstack("build", "--help").stdout
+    for option, env in ENV_OF.items():
+        assert f"`{option}`, `{env.removesuffix('=1')}`" in readme or option == "--locked", option
+        if option in defaults:
+            assert defaults[option] in readme, option
+            assert f"env {env}" in _help_entry(build, option)
+    assert "| 2 | usage error (a bad option or argument; a file given as a wheel that is not one" in readme
+
+
+@pytest.mark.parametrize(
+    ("argv", "nearest"),
+    [
+        (("fetch", "--cach-dir", "x"), "--cache-dir"),
+        (("test", "--wheels"), "--wheel?"),
+        (("status", "--lockd"), ""),
+    ],
+)
+def test_a_misspelled_option_gets_the_verbs_own_usage(
+    run_ortstack: RunOrtstack, argv: tuple[str, ...], nearest: str
+) -> None:
+    result = run_ortstack(*argv)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"usage: ortstack {argv[0]} ")
+    assert f"ortstack {argv[0]}: error: unrecognized arguments: {' '.join(argv[1:])}" in result.stderr
+    assert (f"did you mean {nearest}" in result.stderr) if nearest else ("did you mean" not in result.stderr)
 
 
 def test_fetch_help_describes_its_options(run_ortstack: RunOrtstack) -> None:
@@ -71,7 +141,25 @@ def test_a_file_that_is_not_a_wheel_is_one_code_for_every_verb(
 ) -> None:
     fake = tmp_path / name
     fake.write_bytes(content)
-    line = one_error(run_ortstack(*verb, fake, "--cache-dir", tmp_path / "cache"), 2)
+    cache = () if verb == ("inspect",) else ("--cache-dir", str(tmp_path / "cache"))
+    line = one_error(run_ortstack(*verb, fake, *cache), 2)
     assert NotAWheelError.exit_code == 2
     assert str(fake) in line
     assert "wheel" in line
+
+
+def test_status_is_readable_at_80_columns(run_ortstack: RunOrtstack, tmp_path: Path) -> None:
+    """The project's own stack: tables fit 80 columns, and no patch id is broken across lines."""
+    result = run_ortstack(
+        "status", "--stack", ROOT / "stack.toml", "--cache-dir", tmp_path / "c", env={"COLUMNS": "80"}
+    )
+    assert result.returncode == 0, result.stderr
+    table_lines = [line for line in result.stderr.splitlines() if "│" in line or "┼" in line]
+    assert table_lines
+    assert all(len(line) <= 80 for line in table_lines), max(table_lines, key=len)
+    firsts = {line.split("│")[0].strip() for line in table_lines}
+    ids = re.findall(r'^id = "([^"]+)"', (ROOT / "stack.toml").read_text(encoding="utf-8"), re.MULTILINE)
+    assert ids
+    assert set(ids) <= firsts, sorted(set(ids) - firsts)
+    assert "platforms" in result.stderr, "no column is cut off"
+    assert result.stderr.rstrip().splitlines()[-1].startswith("ok: status of ")

@@ -239,6 +239,24 @@ def test_unreachable_host(run_ortstack: RunOrtstack, upstream: Upstream, tmp_pat
     assert not (stack.parent / "stack.lock").exists()
 
 
+def test_offline_build_stops_at_once_naming_the_other_ways_to_give_sources(
+    run_ortstack: RunOrtstack, upstream: Upstream, tmp_path: Path, cache_dir: Path
+) -> None:
+    """`nox -s build`'s first step on a machine that cannot reach the repository (nothing listens there)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stack = git_stack(tmp_path, upstream, url=f"http://127.0.0.1:{port}/onnxruntime.git")
+    start = time.monotonic()
+    result = run_ortstack("fetch", "--deps", "--stack", stack, "--cache-dir", cache_dir)
+    assert time.monotonic() - start < 30
+    line = one_error(result, 4)
+    assert f"git could not fetch commit {upstream.commit}" in line
+    tip = " ".join(result.stderr.split("tip:", 1)[1].split())
+    for way in ("`--source-dir PATH`", "`nox -s build -- --source-dir PATH`", "archive_url + archive_sha256", "mirror"):
+        assert way in tip, tip
+
+
 # --------------------------------------------------------------------------------------------------
 # Bad input: one clear line, a documented exit code, the cache and the earlier good tree intact.
 

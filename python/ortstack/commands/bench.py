@@ -21,6 +21,12 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
 
 
+EXAMPLES = """examples:
+  ortstack bench --quick --ep cpu           the stock baselines, small shapes, on the CPU EP (minutes)
+  ortstack bench --wheel dist/A.whl --wheel dist/B.whl --ep webgpu   A/B of two wheels on WebGPU"""
+COMMON = ("--cache-dir", "--work-dir")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wheel",
@@ -83,4 +89,5 @@ def main(args: argparse.Namespace, config: Settings) -> int:
     paths = bench.run(options, config.env)
     for kind, path in paths.items():
         log.info(f"{kind}: {path}")
+    log.success(f"bench written to {options.out_dir}")
     return 0

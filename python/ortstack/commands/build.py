@@ -17,6 +17,11 @@ HELP = (
     "build dir, with ccache/sccache when present; a build with nothing changed returns the wheels in dist/ at once."
 )
 
+EXAMPLES = """examples:
+  ortstack build                            every variant's wheel into dist/ (after fetch --deps and patch)
+  ortstack build --variant webgpu -j 8      one variant, at most 8 compile jobs"""
+COMMON = ("--stack", "--cache-dir", "--work-dir", "--dist-dir", "--locked", "--no-wait")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", action="append", metavar="NAME", help="build only this variant (repeatable)")
@@ -64,4 +69,5 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         state = "up to date" if result.up_to_date else "built"
         rows += [[variant.name, w.name, state, f"{result.seconds:.1f} s"] for w in result.wheels]
     log.table("wheels", ["variant", "wheel", "state", "time"], rows)
+    log.success(f"{len(rows)} wheels in {settings.dist_dir}")
     return 0

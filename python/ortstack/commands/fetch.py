@@ -18,6 +18,11 @@ HELP = (
     "network access."
 )
 
+EXAMPLES = """examples:
+  ortstack fetch --deps                     the pinned source and every cmake/deps.txt entry, for offline builds
+  ortstack fetch --source-dir ../onnxruntime   a local checkout at the pinned commit instead of a download"""
+COMMON = ("--stack", "--cache-dir", "--locked", "--no-wait")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import buildinfo, wheelfile
+from ortstack import buildinfo, log, wheelfile
 
 if TYPE_CHECKING:
     import argparse
@@ -14,11 +14,17 @@ if TYPE_CHECKING:
 
 HELP = "Print the build info inside a wheel built by ortstack (ORT commit, Dawn, patches, options, compiler)."
 
+EXAMPLES = """examples:
+  ortstack inspect dist/onnxruntime_webgpu-*.whl   where that wheel came from, as JSON on stdout"""
+COMMON = ()
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("wheel", type=Path, metavar="WHEEL", help="the .whl file")
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:  # noqa: ARG001 - the verb interface
-    print(buildinfo.read_from_wheel(wheelfile.check(args.wheel).path).to_json(), end="")
+    wheel = wheelfile.check(args.wheel)
+    print(buildinfo.read_from_wheel(wheel.path).to_json(), end="")
+    log.success(f"build info of {wheel.label}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import config, export, fetch, prepare, refresh, series
+from ortstack import config, export, fetch, log, prepare, refresh, series
 from ortstack.lockfile import Lock
 
 if TYPE_CHECKING:
@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from ortstack.settings import Settings
 
 HELP = "Apply the patch series to the pinned source: one prepared tree per variant, one git commit per patch."
+
+EXAMPLES = """examples:
+  ortstack patch                            the prepared tree of every variant, one commit per patch
+  ortstack patch --variant webgpu --export  turn commits made by hand in build/prepared/webgpu into patches"""
+COMMON = ("--stack", "--cache-dir", "--work-dir", "--locked", "--no-wait")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,13 +45,14 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         if stack.variants:
             stack.variant(name)  # an unknown name fails with "did you mean"
     if args.export:
-        export.export(stack, prepare.tree_path(settings.work_dir, variants[0]), settings.env)
+        exported = export.export(stack, prepare.tree_path(settings.work_dir, variants[0]), settings.env)
+        log.success(f"exported {len(exported)} commits as patches: {', '.join(exported) or 'none'}")
         return 0
     platform = args.platform or series.host_platform()
     refresh.vendor_missing(stack, lock, platform=platform, env=settings.env, cache_dir=settings.cache_dir)
     source = fetch.ensure_source(stack, settings, source_dir=args.source_dir).source_dir
     for name in variants:
-        prepare.prepare(
+        prepared = prepare.prepare(
             stack,
             lock,
             source=source,
@@ -56,4 +62,5 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
             wait=settings.wait_for_lock,
             force=args.force,
         )
+        log.success(f"prepared {name}: {prepared.path} ({len(prepared.outcomes)} series entries)")
     return 0

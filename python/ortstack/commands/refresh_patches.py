@@ -15,8 +15,13 @@ if TYPE_CHECKING:
 
 HELP = (
     "Vendor pr/commit/compare patches from their pinned commits (or --update to a PR's current head) "
-    "and record their sha256 in stack.toml; --rehash records the digests of edited local patches."
+    "and pin their sha256 (and head) in stack.toml itself; --rehash records the digests of edited local patches."
 )
+
+EXAMPLES = """examples:
+  ortstack refresh-patches                  re-download every pr/commit entry at its pinned head, re-pin its sha256
+  ortstack refresh-patches matmulnbits-qlora --update   move that entry to its pull request's current head"""
+COMMON = ("--stack", "--cache-dir", "--locked")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,4 +72,5 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         names = ", ".join(name for name, _ in failed)
         msg = f"{len(failed)} entries could not be refreshed: {names} ({len(pins)} recorded)"
         raise PatchError(msg, tip=failed[0][1].tip)
+    log.success(f"{len(pins)} entries pinned in {stack.path.name}" if pins else "nothing to refresh")
     return 0

@@ -13,6 +13,11 @@ if TYPE_CHECKING:
 
 HELP = "Show the onnxruntime pin, what is cached, and the state of the patch series, variants and wheels."
 
+EXAMPLES = """examples:
+  ortstack status                           the pin, the cache, the patch series, the variants and the wheels
+  ortstack status --stack other/stack.toml  the same for another stack file"""
+COMMON = ("--stack", "--cache-dir", "--work-dir", "--dist-dir")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     del parser  # no options of its own beyond the common ones
@@ -25,4 +30,5 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         log.table(section.title, section.columns, section.rows)
         for note in section.notes:
             log.warn(note)
+    log.success(f"status of {settings.stack_file}")
     return 0

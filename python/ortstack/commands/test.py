@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import suites
+from ortstack import log, preflight, suites
 from ortstack.commands import add_install_options, install_args
 from ortstack.errors import UsageError
 
@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 
 HELP = "Run the wheel test suites in fresh venvs: the newest wheels in dist/, else the stock baselines."
 EXAMPLES = """examples:
-  ortstack test                                  every lane of the newest wheels in dist/
-  ortstack test --wheel dist/onnxruntime_webgpu-1.21.0+stack.ab12-cp312-cp312-linux_x86_64.whl --ep cpu
-  ortstack test --find-links wheelhouse --no-index -- -k matmul   offline, one test module's tests"""
+  ortstack test                             every lane of the newest wheels in dist/ (else the baselines)
+  ortstack test --wheel dist/onnxruntime_webgpu-1.21.0+stack.ab12-cp312-cp312-linux_x86_64.whl --ep cpu \\
+      --find-links wheelhouse --no-index -- -k matmul   one wheel's CPU lane, offline, tests named like matmul"""
+COMMON = ("--cache-dir", "--dist-dir")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also run the onnxruntime-genai end-to-end suite (own venv with CPU torch and transformers)",
     )
     add_install_options(parser)
+    parser.add_argument(
+        "--preflight",
+        action="store_true",
+        help="only check, in seconds, what this run and the orchestrator's tests need from the machine "
+        "(the arguments, the wheels, a driver for each WebGPU lane, the system tools), then stop; "
+        "`nox -s test` does this first",
+    )
     parser.add_argument("pytest_args", nargs="*", help="pytest options for the wheel suites, after --")
 
 
@@ -59,6 +67,13 @@ def main(args: argparse.Namespace, config: Settings) -> int:
     _check_pytest_args(args.pytest_args)
     pip_args = install_args(args)
     wheels = [w.resolve() for w in args.wheel] or suites.newest_wheels(config.dist_dir)
+    if args.preflight:
+        preflight.check_test_machine(config.env)
+        sets = suites.plan(wheels, args.ep)
+        suites.check_lanes_can_run(sets, config.env)
+        lanes = sorted({ep for s in sets for ep in s.eps})
+        log.success(f"ready to test {len(sets)} wheel sets on {', '.join(lanes)}")
+        return 0
     suites.run_all(
         wheels,
         args.ep,
