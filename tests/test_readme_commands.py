@@ -9,14 +9,20 @@ the command that installs lavapipe.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from clirun import one_error
 from ortstack import vulkan
+
+if TYPE_CHECKING:
+    from clirun import RunOrtstack
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -75,17 +81,22 @@ def _no_vulkan_env(tmp_path: Path, base_env: dict[str, str]) -> dict[str, str]:
 
 
 def test_lavapipe_is_used_as_installed_with_nothing_exported(tmp_path: Path, base_env: dict[str, str]) -> None:
+    """Mesa's package as installed: lavapipe's manifest beside those of the hardware drivers."""
     env = _no_vulkan_env(tmp_path, base_env)
     icd = tmp_path / "share" / "vulkan" / "icd.d"
     icd.mkdir(parents=True)
-    (icd / "lvp_icd.json").write_text('{"ICD": {"library_path": "libvulkan_lvp.so"}}')
+    for name in ("lvp_icd.json", "radeon_icd.json", "intel_icd.json"):
+        (icd / name).write_text('{"file_format_version": "1.0.0"}')
     env["XDG_DATA_DIRS"] = str(tmp_path / "share")
     webgpu = vulkan.webgpu_env(env, tmp_path / "shaders")
+    if vulkan.gpu_present():  # a machine with a GPU: Dawn picks it, nothing is forced
+        assert "VK_DRIVER_FILES" not in webgpu
+        return
     assert webgpu["VK_DRIVER_FILES"] == str(icd / "lvp_icd.json")
     assert webgpu["ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"] == "1"
     assert webgpu["MESA_SHADER_CACHE_DIR"] == str(tmp_path / "shaders")
-    (icd / "nvidia_icd.json").write_text('{"ICD": {"library_path": "libGLX_nvidia.so.0"}}')
-    assert "VK_DRIVER_FILES" not in vulkan.webgpu_env(env, tmp_path / "shaders"), "a GPU driver is left to Dawn"
+    told = vulkan.webgpu_env({**env, "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER": "0"}, tmp_path / "shaders")
+    assert told["ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"] == "0", "what the user exported wins"
 
 
 @pytest.mark.slow
@@ -119,3 +130,19 @@ def test_the_readmes_test_command_stops_in_seconds_before_lint(
     assert "ortstack test --preflight" in out
     # The session's venv and ortstack's install take most of it; nothing of the minutes of lint and tests.
     assert seconds < 240, seconds
+
+
+def test_a_missing_system_package_stops_the_first_step_with_the_install_command(
+    run_ortstack: RunOrtstack, tmp_path: Path
+) -> None:
+    """A fresh machine without Redis: named at once, not as a test error minutes later."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name in ("git", "cmake", "ninja", "c++"):
+        found = shutil.which(name)
+        assert found is not None, name
+        (tools / name).symlink_to(found)
+    result = run_ortstack("test", "--preflight", "--ep", "cpu", "--cache-dir", tmp_path / "c", env={"PATH": str(tools)})
+    line = one_error(result, 3)
+    assert "need system packages that are missing: redis-server (redis-server)" in line
+    assert "sudo bash ci/install-system-deps.sh" in result.stderr

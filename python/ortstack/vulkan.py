@@ -55,17 +55,28 @@ def missing_driver(env: Mapping[str, str]) -> str | None:
     return "no Vulkan driver is installed (no driver manifest in the Vulkan loader's vulkan/icd.d folders)"
 
 
-def software_only(env: Mapping[str, str]) -> bool:
-    """Whether the one Vulkan driver here is lavapipe, so WebGPU runs on the CPU."""
-    manifests = driver_manifests(env)
-    return bool(manifests) and all("lvp" in p.name for p in manifests)
+def gpu_present() -> bool:
+    """A GPU the kernel exposes: a DRM render node (Mesa's hardware drivers) or NVIDIA's device."""
+    return any(Path("/dev/dri").glob("renderD*")) or Path("/dev/nvidiactl").exists()
+
+
+def lavapipe_manifest(env: Mapping[str, str]) -> Path | None:
+    """lavapipe's manifest when WebGPU can run only there: it is installed and no GPU is present.
+
+    Mesa's package installs the manifests of its hardware drivers too; without a GPU they find no
+    device, and the plugin EP lists a software adapter only when told to.
+    """
+    if gpu_present():
+        return None
+    return next((p for p in driver_manifests(env) if p.name.startswith("lvp")), None)
 
 
 def webgpu_env(env: Mapping[str, str], shader_cache: Path) -> dict[str, str]:
     """``env`` for WebGPU runs: with lavapipe as the only driver, what ``ci/lavapipe.sh`` would export."""
     out = dict(env)
-    if checked_here() and software_only(env):
-        out.setdefault("VK_DRIVER_FILES", ":".join(map(str, driver_manifests(env))))
+    lavapipe = lavapipe_manifest(env) if checked_here() else None
+    if lavapipe is not None:
+        out.setdefault("VK_DRIVER_FILES", str(lavapipe))
         # The plugin EP lists no software adapter unless told to, silently.
         out.setdefault("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER", "1")
         out.setdefault("MESA_SHADER_CACHE_DIR", str(shader_cache))
