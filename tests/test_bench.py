@@ -59,6 +59,7 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
     # The timeout only guards against a hang; the bench itself is not timed.
     result = subprocess.run(argv, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr
+    assert f"ok: bench written to {out}" in " ".join(result.stderr.split())
 
     document = json.loads((out / "bench.json").read_text())
     assert [w["id"] for w in document["wheels"]] == ["A", "B"]

@@ -52,7 +52,7 @@ def pr_entry(github: str, number: int, patch_id: str, name: str, **origin: str) 
 
 
 def test_refresh_from_pull_ref_writes_file_and_pins_its_sha256(
-    upstream: Upstream, project: Project, github: str, tmp_path: Path
+    upstream: Upstream, project: Project, github: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = upstream.file_at(upstream.commit, MATMUL).decode() + "\n"
     head = upstream.add_pull_request(101, {MATMUL: text.replace(EMPTY_WEIGHTS[1], EMPTY_WEIGHTS[2])}, "Empty weights")
@@ -60,6 +60,7 @@ def test_refresh_from_pull_ref_writes_file_and_pins_its_sha256(
     (project.root / "stack.toml").write_text("# the series\n" + project.stack_file.read_text())
 
     assert refresh_cli(project, tmp_path, "--via", "git") == 0
+    assert "ok: 1 entries pinned in stack.toml" in capsys.readouterr().err
 
     vendored = project.root / "patches" / "0001-empty-weights.patch"
     data = vendored.read_bytes()
