@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import zipfile
 from typing import TYPE_CHECKING
 
 import pytest
@@ -148,23 +146,6 @@ def test_deps_txt_parsing_and_mirror_layout(tmp_path: Path) -> None:
     assert deps.dawn_revision(found) == ""
     with pytest.raises(ConfigError, match=r"deps\.txt:2: re2: sha1 'nothex' is not 40 hex digits"):
         deps.parse("#\nre2;https://h/x.zip;nothex\n")
-
-
-def _dawn_zip(path: Path, files: dict[str, str]) -> Path:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(f"dawn-1/{name}", text)
-    path.write_bytes(buffer.getvalue())
-    return path
-
-
-def test_dawn_third_party_sources_missing_from_the_archive_are_named(tmp_path: Path) -> None:
-    deps_file = "deps = {\n  'third_party/abseil-cpp': {'url': 'x'},\n  'third_party/dxc': {'url': 'y'},\n}\n"
-    archive = _dawn_zip(tmp_path / "dawn.zip", {"DEPS": deps_file, "third_party/dxc/README": "present"})
-    assert deps.dawn_third_party_missing(archive) == ["dawn-1/third_party/abseil-cpp"]
-    without_deps = _dawn_zip(tmp_path / "plain.zip", {"src/dawn.cc": ""})
-    assert deps.dawn_third_party_missing(without_deps) == []
 
 
 def test_build_info_features_come_from_the_series(tmp_path: Path) -> None:

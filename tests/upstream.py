@@ -26,7 +26,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, TypeAlias
 
 from ortstack import _run
@@ -315,6 +315,8 @@ class Upstream:
     mini_dep_url: str
     mini_dep_sha1: str
     env: Mapping[str, str]
+    dawn_third_party: Mapping[str, str] = field(default_factory=dict)
+    """mini_dawn's DEPS: path -> commit of each published third-party repository."""
 
     def archive_of(self, commit: str) -> bytes:
         """A GitHub-style ``.tar.gz`` of ``commit``: one top folder ``onnxruntime-<commit>/``."""
@@ -373,12 +375,81 @@ class Upstream:
         return git("ls-tree", "-r", "--name-only", commit, cwd=self.work, env=self.env).splitlines()
 
 
+# mini_dawn's third-party sources, each a git repository of its own as Dawn's DEPS names them:
+# DEPS path -> (repository path under the git root, token of its commit in DEPS, CMake target, header).
+DAWN_THIRD_PARTY = {
+    "third_party/spirv-headers/src": (
+        "external/github.com/KhronosGroup/SPIRV-Headers",
+        "SPIRV_HEADERS",
+        "spirv_headers",
+    ),
+    "third_party/spirv-tools/src": ("external/github.com/KhronosGroup/SPIRV-Tools", "SPIRV_TOOLS", "spirv_tools"),
+    "third_party/vulkan-headers/src": (
+        "external/github.com/KhronosGroup/Vulkan-Headers",
+        "VULKAN_HEADERS",
+        "vulkan_headers",
+    ),
+    "third_party/vulkan-utility-libraries/src": (
+        "external/github.com/KhronosGroup/Vulkan-Utility-Libraries",
+        "VULKAN_UTILITY_LIBRARIES",
+        "vulkan_utility_libraries",
+    ),
+    "third_party/dxc": ("external/github.com/microsoft/DirectXShaderCompiler", "DXC", "dxc"),
+    "third_party/jinja2": ("chromium/src/third_party/jinja2", "JINJA2", ""),
+    "third_party/markupsafe": ("chromium/src/third_party/markupsafe", "MARKUPSAFE", ""),
+}
+DAWN_LINUX_NEEDS = sorted(set(DAWN_THIRD_PARTY) - {"third_party/dxc"})
+"""What a Linux (Vulkan) build of mini_dawn uses, as its CMake says."""
+
+
+def _third_party_files(path: str, target: str) -> dict[str, str]:
+    if not target:  # a Python package folder, like Chromium's copies of jinja2 and markupsafe
+        return {"__init__.py": f'"""mini {PurePosixPath(path).name}: a stand-in package for the code generator."""\n'}
+    return {
+        "CMakeLists.txt": (
+            f"add_library(mini_{target} INTERFACE)\n"
+            f'target_include_directories(mini_{target} INTERFACE "${{CMAKE_CURRENT_SOURCE_DIR}}/include")\n'
+            f"add_library(mini::{target} ALIAS mini_{target})\n"
+        ),
+        f"include/{target}/mini.h": f"#pragma once\n#define MINI_{target.upper()} 1\n",
+    }
+
+
+def publish_dawn_third_party(root: Path, env: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """One bare repository per DAWN_THIRD_PARTY entry under ``root``; returns (base URL, DEPS path -> commit)."""
+    commits: dict[str, str] = {}
+    for path, (repository, _, target) in DAWN_THIRD_PARTY.items():
+        work = root / "work" / repository
+        for name, text in _third_party_files(path, target).items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_text(text, encoding="utf-8")
+        git("init", "--quiet", "-b", "main", cwd=work, env=env)
+        git("add", "-A", cwd=work, env=env)
+        git("commit", "--quiet", "-m", f"mini {repository}", cwd=work, env=env)
+        commits[path] = git("rev-parse", "HEAD", cwd=work, env=env)
+        bare = root / "git" / repository
+        bare.mkdir(parents=True)
+        git("init", "--quiet", "--bare", "-b", "main", str(bare), cwd=root, env=env)
+        git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=bare, env=env)
+        git("push", "--quiet", bare.as_uri(), "main", cwd=work, env=env)
+    return (root / "git").as_uri(), commits
+
+
+def mini_dawn_zip(root: Path, env: Mapping[str, str]) -> tuple[bytes, dict[str, str]]:
+    """mini_dawn with its DEPS pointing at freshly published third-party repositories, zipped like a
+    GitHub archive; returns the bytes and DEPS path -> commit."""
+    base, commits = publish_dawn_third_party(root / "dawn-deps", env)
+    tokens = {"THIRD_PARTY_GIT": base} | {f"{DAWN_THIRD_PARTY[p][1]}_COMMIT": c for p, c in commits.items()}
+    rendered = render_package("mini_dawn", root / "mini_dawn", tokens)
+    return deterministic_zip(rendered, "mini_dawn-1.0"), commits
+
+
 def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str]) -> Upstream:
     """Render mini_ort under ``root``, commit it and publish it by git and over HTTP."""
     mini_dep = deterministic_zip(PACKAGES / "mini_dep", "mini_dep-1.0")
     mini_dep_sha1 = hashlib.sha1(mini_dep).hexdigest()
     mini_dep_url = server.add(MINI_DEP_PATH, mini_dep)
-    mini_dawn = deterministic_zip(PACKAGES / "mini_dawn", "mini_dawn-1.0")
+    mini_dawn, dawn_commits = mini_dawn_zip(root, env)
     server.add(MINI_DAWN_PATH, mini_dawn)
     tokens = {
         "DEPS_BASE_URL": server.url,
@@ -407,6 +478,7 @@ def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str])
         mini_dep_url=mini_dep_url,
         mini_dep_sha1=mini_dep_sha1,
         env=env,
+        dawn_third_party=dawn_commits,
     )
     archive = upstream.archive_of(commit)
     return dataclasses.replace(

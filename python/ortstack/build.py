@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from ortstack import (
     __version__,
     _run,
+    dawn,
     dep_sources,
     deps,
     diskspace,
@@ -62,7 +63,7 @@ class BuildRequest:
     build_dir: Path | None = None
     """Another build dir than ``<work>/cmake/<variant>``."""
     allow_dawn_fetch: bool = False
-    """Let Dawn clone its third-party sources during configure (needs network)."""
+    """Let ORT download Dawn and Dawn clone its third-party sources during configure (needs network)."""
     dep_sources: dict[str, Path] = dataclasses.field(default_factory=dict)
     """Local source dirs by deps.txt name (``--dep-source``); they win over ``[deps.NAME]``."""
 
@@ -243,6 +244,16 @@ def _build(
     sources = dep_sources.plan_sources(
         stack, tree_plan, local, tree=tree, cache=fetch.cache_for(settings), env=settings.env
     )
+    dawn_tree = dawn.for_build(
+        tree=tree,
+        defines=variant_defines,
+        platform=platform,
+        dependency=next((d for d in dependencies if d.name == "dawn"), None),
+        mirror=mirror,
+        local=local.get("dawn"),
+        work_dir=settings.work_dir,
+        allow_fetch=request.allow_dawn_fetch,
+    )
     ort_options = {
         "CMAKE_BUILD_TYPE": stack.build.build_type,
         "CMAKE_C_COMPILER": tools.c_compiler,
@@ -256,6 +267,7 @@ def _build(
         **tools.launcher_defines(),
         **sources.defines,
         **variant_defines,
+        **(dawn_tree.defines if dawn_tree else {}),
     }
     patches = applied_patches(stack, platform)
     ort_version = (tree / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
@@ -284,9 +296,11 @@ def _build(
         return BuildResult(variant=variant.name, wheels=existing, up_to_date=True, seconds=seconds)
 
     diskspace.check("build", build_dir, settings.env)
-    _check_sources(list(sources.from_mirror), mirror, variant_defines, request)
+    _check_sources(list(sources.from_mirror), mirror)
     if not tree_plan.mirror_define:
         deps.link_tree_mirror(list(sources.from_mirror), mirror, tree)
+    if dawn_tree is not None:
+        dawn_tree.ensure(fetch.cache_for(settings), settings.env)
     info = BuildInfo(
         ort_version=ort_version,
         ort_commit=stack.ort.commit,
@@ -385,27 +399,11 @@ def _compile(
         return wheel.replace_in_dist([repaired], settings.dist_dir, plan.name)
 
 
-def _check_sources(
-    dependencies: list[deps.Dependency], mirror: Path, defines: dict[str, str], request: BuildRequest
-) -> None:
-    """Every deps.txt entry the configure takes from the mirror is there, and Dawn can configure offline."""
+def _check_sources(dependencies: list[deps.Dependency], mirror: Path) -> None:
+    """Every deps.txt entry the configure takes from the mirror is there."""
     missing = deps.missing_from_mirror(dependencies, mirror)
     if missing:
         names = ", ".join(d.name for d in missing)
         msg = f"{len(missing)} deps.txt entries this configure needs are not in the mirror {mirror}: {names}"
         tip = "run `ortstack fetch --deps` (needs network once), or give local sources: [deps.NAME] source_dir"
-        raise FetchError(msg, tip=tip)
-    dawn = next((d for d in dependencies if d.name == "dawn"), None)
-    if dawn is None or request.allow_dawn_fetch or defines.get(deps.CUSTOM_DAWN_DEFINE):
-        return
-    absent = deps.dawn_third_party_missing(dawn.mirror_path(mirror))
-    if absent:
-        msg = (
-            f"Dawn clones its third-party sources while cmake configures (DAWN_FETCH_DEPENDENCIES), "
-            f"and these are not in its archive: {', '.join(absent)}"
-        )
-        tip = (
-            f"set {deps.CUSTOM_DAWN_DEFINE} in the variant's cmake_defines to a complete Dawn checkout, "
-            "or pass --allow-dawn-fetch on a machine with network"
-        )
         raise FetchError(msg, tip=tip)

@@ -5,9 +5,7 @@ deps.txt has one dependency a line, ``name;url;sha1``, ``#`` starting a comment
 onnxruntime's cmake looks for each ``https://`` URL at ``<onnxruntime_CMAKE_DEPS_MIRROR_DIR>/<url
 without https://>`` before downloading it, so a mirror laid out that way makes the build offline.
 
-Dawn is the exception: unless ``onnxruntime_CUSTOM_DAWN_SRC_PATH`` names a complete Dawn tree, ORT
-forces ``DAWN_FETCH_DEPENDENCIES=ON`` and Dawn clones its own third-party sources while cmake
-configures. ``dawn_third_party_missing`` finds those before anything is compiled.
+Dawn's own third-party sources are not deps.txt entries: ``ortstack.dawn`` reads and fetches them.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -31,7 +28,6 @@ if TYPE_CHECKING:
 
 DEPS_FILE = PurePosixPath("cmake/deps.txt")
 MIRROR_DEFINE = "onnxruntime_CMAKE_DEPS_MIRROR_DIR"
-CUSTOM_DAWN_DEFINE = "onnxruntime_CUSTOM_DAWN_SRC_PATH"
 HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
@@ -166,24 +162,6 @@ def mirror_all(dependencies: list[Dependency], mirror: Path, cache: Cache, *, jo
 def missing_from_mirror(dependencies: list[Dependency], mirror: Path) -> list[Dependency]:
     """Entries that the mirror lacks (presence only: ``mirror_all`` verified them when they landed)."""
     return [dep for dep in dependencies if not dep.mirror_path(mirror).is_file()]
-
-
-def dawn_third_party_missing(archive: Path) -> list[str]:
-    """Third-party folders Dawn's ``DEPS`` file lists that the Dawn archive does not contain.
-
-    With ``DAWN_FETCH_DEPENDENCIES=ON`` Dawn clones these during configure; listing them lets an
-    offline build stop before it starts instead of an hour in.
-    """
-    with zipfile.ZipFile(archive) as zipped:
-        names = zipped.namelist()
-        deps_files = [n for n in names if PurePosixPath(n).parts[1:] == ("DEPS",)]
-        if not deps_files:
-            return []
-        top = PurePosixPath(deps_files[0]).parts[0]
-        text = zipped.read(deps_files[0]).decode("utf-8", errors="replace")
-    present = {PurePosixPath(n).parts[1:3] for n in names if len(PurePosixPath(n).parts) > 2}  # noqa: PLR2004
-    wanted = sorted(set(re.findall(r"['\"](third_party/[\w.+-]+)['\"]\s*:", text)))
-    return [f"{top}/{path}" for path in wanted if tuple(PurePosixPath(path).parts) not in present]
 
 
 def mirror_path(settings: Settings) -> Path:

@@ -93,7 +93,7 @@ def ensure_source(
             staged = work / "tree"
             staged.mkdir()
             if chosen == "git":
-                _fetch_git(pin, cache, settings.env, work / "tree.tar")
+                _fetch_git(pin.repository, pin.commit, cache, settings.env, work / "tree.tar")
                 archive.extract(work / "tree.tar", staged)
                 record: dict[str, Any] = {"method": "git", "origin": pin.repository}
             else:
@@ -148,16 +148,18 @@ def _git(repo: Path, *args: str, env: Mapping[str, str], check: bool = True) -> 
     return _run.run(["git", f"--git-dir={repo}", *args], env=git_env(env), capture=True, check=check, quiet=True)
 
 
-def _fetch_git(pin: OrtPin, cache: Cache, env: Mapping[str, str], tar: Path) -> None:
-    """Put ``pin.commit``'s tree into ``tar``, fetching the commit into the cache's repository if needed."""
+def _fetch_git(
+    repository: str, commit: str, cache: Cache, env: Mapping[str, str], tar: Path, *, tip: str = OTHER_SOURCES_TIP
+) -> None:
+    """Put ``commit``'s tree into ``tar``, fetching the commit into the cache's repository if needed."""
     repo = cache.git_dir
     with cache.lock("git", what="the git object cache"):
         if not (repo / "HEAD").is_file():
             repo.parent.mkdir(parents=True, exist_ok=True)
             _run.run(["git", "init", "--quiet", "--bare", str(repo)], env=git_env(env), capture=True, quiet=True)
-        if _git(repo, "cat-file", "-e", f"{pin.commit}^{{commit}}", env=env, check=False).returncode != 0:
-            log.command(f"git fetch --depth 1 {pin.repository} {pin.commit}")
-            with log.waiting(f"fetching {pin.commit[:12]} from {pin.repository}"):
+        if _git(repo, "cat-file", "-e", f"{commit}^{{commit}}", env=env, check=False).returncode != 0:
+            log.command(f"git fetch --depth 1 {repository} {commit}")
+            with log.waiting(f"fetching {commit[:12]} from {repository}"):
                 fetched = _git(
                     repo,
                     "fetch",
@@ -165,26 +167,48 @@ def _fetch_git(pin: OrtPin, cache: Cache, env: Mapping[str, str], tar: Path) -> 
                     "--depth",
                     "1",
                     "--no-tags",
-                    pin.repository,
-                    pin.commit,
+                    repository,
+                    commit,
                     env=env,
                     check=False,
                 )
             if fetched.returncode != 0:
-                msg = f"git could not fetch commit {pin.commit} from {pin.repository}: {_git_reason(fetched.stderr)}"
-                raise FetchError(msg, tip=OTHER_SOURCES_TIP)
+                msg = f"git could not fetch commit {commit} from {repository}: {_git_reason(fetched.stderr)}"
+                raise FetchError(msg, tip=tip)
             head = _git(repo, "rev-parse", "FETCH_HEAD", env=env).stdout.strip()
-            if head != pin.commit:
-                msg = f"git fetched {head} from {pin.repository}, not the pinned {pin.commit}"
+            if head != commit:
+                msg = f"git fetched {head} from {repository}, not the pinned {commit}"
                 raise FetchError(msg, tip="the server answered with another commit; check the repository URL")
         # One top folder, stripped on extraction like a GitHub archive's: the same code path for both.
-        _git(repo, "archive", "--format=tar", "--prefix=onnxruntime/", f"--output={tar}", pin.commit, env=env)
+        _git(repo, "archive", "--format=tar", "--prefix=onnxruntime/", f"--output={tar}", commit, env=env)
 
 
 def _git_reason(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     important = [line for line in lines if line.startswith(("fatal:", "error:"))]
     return (important or lines or ["no message"])[0]
+
+
+def git_tree(cache: Cache, repository: str, commit: str, env: Mapping[str, str], *, what: str, tip: str) -> Path:
+    """``commit`` of ``repository`` as a read-only tree in the cache (fetched shallow, by its id, once)."""
+    if cache.source_record(commit) is not None:
+        return cache.source_dir(commit)
+    with cache.lock(f"source-{commit}", what=f"the source of {commit[:12]}"):
+        if cache.source_record(commit) is None:
+            cache.remove_stale_temps(cache.sources, commit)
+            work = cache.temp_dir(cache.sources, commit)
+            try:
+                staged = work / "tree"
+                staged.mkdir()
+                _fetch_git(repository, commit, cache, env, work / "tree.tar", tip=tip)
+                archive.extract(work / "tree.tar", staged)
+                files, size = tree_size(staged)
+                record: dict[str, Any] = {"method": "git", "origin": repository, "commit": commit, "what": what}
+                record |= {"files": files, "size": size, "fetched": datetime.now(UTC).isoformat()}
+                cache.publish_source(staged, commit, record)
+            finally:
+                remove_tree(work)
+    return cache.source_dir(commit)
 
 
 # --------------------------------------------------------------------------------------------------

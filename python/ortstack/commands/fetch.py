@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import config, dep_sources, fetch, log, wgsl
+from ortstack import config, dawn, dep_sources, deps, fetch, log, ort_tree, series, wgsl
+from ortstack.errors import ConfigError
 
 if TYPE_CHECKING:
     import argparse
@@ -40,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--deps",
         action="store_true",
-        help="also mirror the cmake/deps.txt entries the variants' configures need (parallel, sha1-checked)",
+        help="also mirror the cmake/deps.txt entries the variants' configures need (parallel, sha1-checked) "
+        "and fetch the third-party sources their Dawn builds use (at the commits in Dawn's DEPS)",
     )
     parser.add_argument(
         "--dep-source",
@@ -64,4 +66,27 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         log.success(mirrored)
         if npm:
             log.success(npm)
+        with log.step("fetch Dawn's third-party sources"):
+            log.success(_dawn_sources(settings, stack, result.source_dir, local.get("dawn")))
     return 0
+
+
+def _dawn_sources(settings: Settings, stack: config.Stack, source_dir: Path, local: Path | None) -> str:
+    """What each variant's Dawn build uses on this host, read from its prepared tree (else the pin's)."""
+    platform = series.host_platform()
+    builds: list[tuple[Path, dict[str, str]]] = []
+    for variant in stack.variants:
+        prepared = settings.work_dir / "prepared" / variant.name
+        tree = prepared if (prepared / deps.DEPS_FILE).is_file() else source_dir
+        try:
+            builds.append((tree, ort_tree.plan(tree, variant, platform).defines))
+        except ConfigError as exc:
+            log.warn(f"no Dawn sources for {exc.message} (`ortstack build` refuses it)")
+    return dawn.fetch_for(
+        builds=builds,
+        platform=platform,
+        mirror=deps.mirror_path(settings),
+        local=local,
+        cache=fetch.cache_for(settings),
+        env=settings.env,
+    )

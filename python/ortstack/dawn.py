@@ -1,0 +1,252 @@
+"""Dawn's third-party sources fetched by commit and assembled with Dawn into one complete tree.
+
+onnxruntime builds Dawn from its deps.txt archive, which lacks Dawn's third-party folders: unless
+``onnxruntime_CUSTOM_DAWN_SRC_PATH`` names a complete tree, ORT forces ``DAWN_FETCH_DEPENDENCIES`` and
+Dawn clones them while cmake configures (failing silently offline). ortstack instead fetches what
+``dawn_plan`` says the build uses (``fetch --deps``: into the cache, at the commits in Dawn's DEPS),
+assembles Dawn + those folders + ORT's Dawn patches (which ORT skips for a custom tree) into
+``<work>/dawn/<key>``, and hands that to ORT with ``DAWN_JINJA2_DIR``/``DAWN_MARKUPSAFE_DIR`` taken from
+installed packages when they import. ``--allow-dawn-fetch`` keeps ORT's own way, loudly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ortstack import _run, archive, deps, fetch, log
+from ortstack.cache import remove_tree
+from ortstack.dawn_plan import CUSTOM_DAWN_DEFINE, PYTHON_PACKAGES, DawnSource, Plan, ThirdParty, plan
+from ortstack.errors import BuildError, ConfigError, FetchError, PatchError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ortstack.cache import Cache
+    from ortstack.deps import Dependency
+
+# --------------------------------------------------------------------------------------------------
+# Fetching the third-party sources, and assembling one complete Dawn tree.
+
+
+def installed_package(name: str) -> Path | None:
+    """The folder of an importable package (what ``--jinja2-path`` wants), or None."""
+    spec = importlib.util.find_spec(name)
+    locations = spec.submodule_search_locations if spec is not None else None
+    return Path(next(iter(locations))) if locations else None
+
+
+def to_fetch(plans: list[Plan]) -> list[ThirdParty]:
+    """The DEPS entries of ``plans`` that must come from git (an installed package stands in for the rest)."""
+    wanted = {(t.path, t.commit): t for p in plans for t in p.third_party}
+    return [t for t in wanted.values() if not (t.python_package and installed_package(t.python_package))]
+
+
+FETCH_TIP = (
+    "check that the commit exists in that repository (Dawn's DEPS names it) and that the URL is reachable; "
+    "without network to it, declare a Dawn checkout that has its third-party folders: [deps.dawn] source_dir"
+)
+
+
+def fetch_all(cache: Cache, entries: list[ThirdParty], env: Mapping[str, str]) -> int:
+    """Fetch each entry at its DEPS commit into the cache; returns how many were fetched now."""
+    fetched = 0
+    for entry in entries:
+        if cache.source_record(entry.commit) is None:
+            fetched += 1
+        fetch.git_tree(cache, entry.repository, entry.commit, env, what=f"Dawn's {entry.path}", tip=FETCH_TIP)
+    return fetched
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assembly:
+    """One variant's complete Dawn tree: where it goes, and what goes into it."""
+
+    plan: Plan
+    source: DawnSource
+    ort_tree: Path
+    destination: Path
+    packages: dict[str, Path]
+    """``DAWN_JINJA2_DIR``-style defines -> installed package folders."""
+
+    @property
+    def defines(self) -> dict[str, str]:
+        found = {CUSTOM_DAWN_DEFINE: self.destination.as_posix()}
+        return found | {name: path.as_posix() for name, path in self.packages.items()}
+
+    def ensure(self, cache: Cache, env: Mapping[str, str]) -> Path:
+        """Build the tree once (Dawn + third-party folders + ORT's Dawn patches); later calls reuse it."""
+        marker = self.destination.with_name(f"{self.destination.name}.json")
+        if marker.is_file() and self.destination.is_dir():
+            return self.destination
+        with cache.lock(f"dawn-{self.destination.name}", what="the assembled Dawn tree"):
+            if marker.is_file() and self.destination.is_dir():
+                return self.destination
+            staged = cache.temp_dir(self.destination.parent, self.destination.name)
+            try:
+                self._fill(staged, cache, env)
+                remove_tree(self.destination)
+                staged.rename(self.destination)
+            finally:
+                remove_tree(staged)
+            marker.write_text(json.dumps({"revision": self.plan.revision}) + "\n", encoding="utf-8")
+        log.info(f"assembled Dawn with {len(self.plan.third_party)} third-party folders in {self.destination}")
+        return self.destination
+
+    def _fill(self, staged: Path, cache: Cache, env: Mapping[str, str]) -> None:
+        if self.source.location.is_dir():
+            ignore = shutil.ignore_patterns(".git", *self.plan.removed)
+            shutil.copytree(self.source.location, staged, dirs_exist_ok=True, ignore=ignore, symlinks=True)
+        else:
+            archive.extract(self.source.location, staged, label=str(self.source.location))
+            for folder in self.plan.removed:
+                remove_tree(staged / folder)
+        for entry in self.plan.third_party:
+            if entry.python_package and any(p.name == entry.python_package for p in self.packages.values()):
+                continue
+            target = staged / entry.path
+            if target.is_dir() and any(target.iterdir()):
+                _check_local(entry, self.source.location / entry.path, env)
+                continue
+            record = cache.source_record(entry.commit)
+            if record is None:
+                msg = f"Dawn's {entry.path} at commit {entry.commit} is not in the cache"
+                raise FetchError(msg, tip="run `ortstack fetch --deps` (needs network once)")
+            remove_tree(target)
+            shutil.copytree(cache.source_dir(entry.commit), target, symlinks=True)
+        for patch in self.plan.patches:
+            _apply(self.ort_tree / patch, staged, env)
+        if self.plan.configure_fetches:
+            # This ORT forces DAWN_FETCH_DEPENDENCIES even for a complete tree: make the clone script a no-op.
+            (staged / "tools" / "fetch_dawn_dependencies.py").write_text(FETCH_SCRIPT_STANDIN, encoding="utf-8")
+
+
+FETCH_SCRIPT_STANDIN = '''"""Put here by ortstack: this Dawn tree holds its third-party sources already."""
+
+print("fetch_dawn_dependencies: nothing to fetch, ortstack assembled Dawn's third-party sources")
+'''
+
+
+def _check_local(entry: ThirdParty, folder: Path, env: Mapping[str, str]) -> None:
+    """A third-party folder of a local Dawn checkout: at the DEPS commit when it is a git checkout."""
+    head = _run.run(["git", "-C", str(folder), "rev-parse", "HEAD"], env=env, capture=True, check=False, quiet=True)
+    at = head.stdout.strip()
+    if head.returncode == 0 and (folder / ".git").exists() and at != entry.commit:
+        msg = f"{folder} is at commit {at}, not at {entry.commit} as Dawn's DEPS pins it"
+        raise FetchError(msg, tip=f"run `git -C {folder} checkout {entry.commit}`, or remove the folder")
+
+
+def _apply(patch: Path, tree: Path, env: Mapping[str, str]) -> None:
+    if not patch.is_file():
+        msg = f"onnxruntime's cmake applies {patch.name} to Dawn, but the prepared tree has no {patch}"
+        raise BuildError(msg, tip="run `ortstack patch` again; a patch of the series may have removed it")
+    # The ceiling keeps git from finding a repository around the tree: this is a plain folder.
+    git_env = {**env, "GIT_CEILING_DIRECTORIES": str(tree.parent)}
+    argv = ["git", "apply", "--ignore-whitespace", "-p1", str(patch)]
+    applied = _run.run(argv, cwd=tree, env=git_env, capture=True, check=False, quiet=True)
+    if applied.returncode != 0:
+        reason = next((line for line in applied.stderr.splitlines() if line.strip()), "no message")
+        msg = f"onnxruntime's Dawn patch {patch.name} does not apply to the Dawn tree: {reason}"
+        raise PatchError(msg, tip="check that deps.txt's dawn entry and cmake/patches/dawn/ are of the same ORT commit")
+
+
+# --------------------------------------------------------------------------------------------------
+# The two callers: `fetch --deps` and `build`.
+
+
+def uses_dawn(defines: Mapping[str, str]) -> bool:
+    """The variant builds Dawn from source through ortstack (not WebGPU-less, not an external or own Dawn)."""
+    on = {"ON", "1", "TRUE", "YES"}
+    return (
+        defines.get("onnxruntime_USE_WEBGPU", "").upper() in on
+        and defines.get("onnxruntime_USE_EXTERNAL_DAWN", "").upper() not in on
+        and not defines.get(CUSTOM_DAWN_DEFINE)
+    )
+
+
+def source_of(dependency: Dependency, mirror: Path, local: Path | None) -> DawnSource:
+    """A local Dawn checkout when one is declared (checked against the pin), else the mirrored archive."""
+    if local is None:
+        zipped = dependency.mirror_path(mirror)
+        if not zipped.is_file():
+            msg = f"Dawn ({dependency.url}) is not in the deps mirror {mirror}"
+            raise FetchError(msg, tip="run `ortstack fetch --deps` (needs network once)")
+        return DawnSource(location=zipped)
+    pinned = pinned_commit(dependency.url)
+    if not local.is_dir():
+        msg = f"the Dawn checkout {local} does not exist"
+        raise ConfigError(msg, tip="fix [deps.dawn] source_dir in stack.toml")
+    head = _run.run(["git", "-C", str(local), "rev-parse", "HEAD"], capture=True, check=False, quiet=True)
+    if pinned and head.returncode == 0 and head.stdout.strip() != pinned:
+        msg = f"the Dawn checkout {local} is at commit {head.stdout.strip()}, not at {pinned} as deps.txt pins it"
+        raise ConfigError(msg, tip=f"run `git -C {local} checkout {pinned}`, or drop [deps.dawn] source_dir")
+    return DawnSource(location=local)
+
+
+def pinned_commit(url: str) -> str:
+    """The commit a GitHub archive URL names (``…/archive/<commit>.zip``); '' for a tag archive."""
+    match = re.search(r"/archive/([0-9a-f]{40})\.(?:zip|tar\.gz)$", url)
+    return match.group(1) if match else ""
+
+
+def for_build(
+    *,
+    tree: Path,
+    defines: Mapping[str, str],
+    platform: str,
+    dependency: Dependency | None,
+    mirror: Path,
+    local: Path | None,
+    work_dir: Path,
+    allow_fetch: bool,
+) -> Assembly | None:
+    """The Dawn tree this variant's build gets, or None when ORT should not be given one."""
+    if dependency is None or not uses_dawn(defines):
+        return None
+    if allow_fetch:
+        log.warn(
+            "--allow-dawn-fetch: onnxruntime builds Dawn from its archive and Dawn clones its third-party "
+            "sources while cmake configures (DAWN_FETCH_DEPENDENCIES); offline those clones fail silently"
+        )
+        return None
+    source = source_of(dependency, mirror, local)
+    found = plan(tree, defines, platform, source, f"{dependency.url}#sha1={dependency.sha1}")
+    packages: dict[str, Path] = {}
+    for variable, name in PYTHON_PACKAGES.items():
+        folder = installed_package(name)
+        if folder is not None and any(t.python_package == name for t in found.third_party):
+            packages[variable] = folder
+    digests = {
+        p: hashlib.sha256((tree / p).read_bytes()).hexdigest() if (tree / p).is_file() else "" for p in found.patches
+    }
+    destination = work_dir / "dawn" / found.key(digests | {"local": str(local or "")})
+    return Assembly(plan=found, source=source, ort_tree=tree, destination=destination, packages=packages)
+
+
+def fetch_for(
+    *,
+    builds: list[tuple[Path, dict[str, str]]],
+    platform: str,
+    mirror: Path,
+    local: Path | None,
+    cache: Cache,
+    env: Mapping[str, str],
+) -> str:
+    """Fetch into the cache what the Dawn of each ``(ORT tree, cmake defines)`` build uses; a summary line."""
+    plans: list[Plan] = []
+    for tree, defines in builds:
+        dependency = next((d for d in deps.read(tree) if d.name == "dawn"), None)
+        if dependency is not None and uses_dawn(defines):
+            plans.append(plan(tree, defines, platform, source_of(dependency, mirror, local), dependency.url))
+    if not plans:
+        return "no variant builds Dawn"
+    entries = [e for e in to_fetch(plans) if local is None or not (local / e.path).is_dir()]
+    fetched = fetch_all(cache, entries, env)
+    names = ", ".join(sorted({t.path.removeprefix("third_party/") for p in plans for t in p.third_party}))
+    return f"Dawn's third-party sources for {platform}: {names} ({fetched} fetched now)"
