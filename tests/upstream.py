@@ -317,6 +317,8 @@ class Upstream:
     env: Mapping[str, str]
     dawn_third_party: Mapping[str, str] = field(default_factory=dict)
     """mini_dawn's DEPS: path -> commit of each published third-party repository."""
+    dawn_git: str = ""
+    """``file://`` root of those repositories (DEPS's ``chromium_git``)."""
 
     def archive_of(self, commit: str) -> bytes:
         """A GitHub-style ``.tar.gz`` of ``commit``: one top folder ``onnxruntime-<commit>/``."""
@@ -435,13 +437,10 @@ def publish_dawn_third_party(root: Path, env: Mapping[str, str]) -> tuple[str, d
     return (root / "git").as_uri(), commits
 
 
-def mini_dawn_zip(root: Path, env: Mapping[str, str]) -> tuple[bytes, dict[str, str]]:
-    """mini_dawn with its DEPS pointing at freshly published third-party repositories, zipped like a
-    GitHub archive; returns the bytes and DEPS path -> commit."""
-    base, commits = publish_dawn_third_party(root / "dawn-deps", env)
-    tokens = {"THIRD_PARTY_GIT": base} | {f"{DAWN_THIRD_PARTY[p][1]}_COMMIT": c for p, c in commits.items()}
-    rendered = render_package("mini_dawn", root / "mini_dawn", tokens)
-    return deterministic_zip(rendered, "mini_dawn-1.0"), commits
+def render_mini_dawn(dest: Path, git_base: str, commits: Mapping[str, str]) -> Path:
+    """mini_dawn under ``dest`` with its DEPS naming ``commits`` (DEPS path -> commit) under ``git_base``."""
+    tokens = {"THIRD_PARTY_GIT": git_base} | {f"{DAWN_THIRD_PARTY[p][1]}_COMMIT": c for p, c in commits.items()}
+    return render_package("mini_dawn", dest, tokens)
 
 
 def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str]) -> Upstream:
@@ -449,7 +448,8 @@ def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str])
     mini_dep = deterministic_zip(PACKAGES / "mini_dep", "mini_dep-1.0")
     mini_dep_sha1 = hashlib.sha1(mini_dep).hexdigest()
     mini_dep_url = server.add(MINI_DEP_PATH, mini_dep)
-    mini_dawn, dawn_commits = mini_dawn_zip(root, env)
+    dawn_git, dawn_commits = publish_dawn_third_party(root / "dawn-deps", env)
+    mini_dawn = deterministic_zip(render_mini_dawn(root / "mini_dawn", dawn_git, dawn_commits), "mini_dawn-1.0")
     server.add(MINI_DAWN_PATH, mini_dawn)
     tokens = {
         "DEPS_BASE_URL": server.url,
@@ -479,6 +479,7 @@ def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str])
         mini_dep_sha1=mini_dep_sha1,
         env=env,
         dawn_third_party=dawn_commits,
+        dawn_git=dawn_git,
     )
     archive = upstream.archive_of(commit)
     return dataclasses.replace(

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-dawn-fetch",
         action="store_true",
-        help="let Dawn clone its own third-party sources while configuring (needs network)",
+        help="use onnxruntime's own Dawn download and let Dawn clone its third-party sources while cmake "
+        "configures (needs network; `fetch --deps` normally has them ready)",
     )
     parser.add_argument(
         "--plan",
