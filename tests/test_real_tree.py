@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import one_error
+from ortstack import config, dawn_plan, ort_tree
 from upstream import git
 
 if TYPE_CHECKING:
@@ -200,3 +201,33 @@ def test_a_build_without_the_dependencies_stops_before_configuring_and_names_the
     for unused in ("cutlass", "coremltools", "protoc_win64", "directx_headers", "googletest"):
         assert unused not in line
     assert not (project.root / "work" / "cmake" / "webgpu" / "ort").exists()  # nothing configured
+
+
+@pytest.mark.parametrize("platform", ["linux", "windows"])
+def test_the_dawn_options_and_patches_of_the_real_tree(project: RealProject, platform: str) -> None:
+    """What 1.21's cmake/external/onnxruntime_external_deps.cmake forces on Dawn and patches into it.
+
+    (Dawn's own CMake and DEPS at 1.21's pin are not test data here; the miniature Dawn covers them.)
+    """
+    tree = project.root / "work" / "prepared" / "webgpu"
+    stack = config.load(project.stack)
+    defines = ort_tree.plan(tree, stack.variant("webgpu"), platform).defines
+    custom = dawn_plan.ort_evaluation(tree, defines, platform, custom=True).cache
+    assert {name: custom.get(name) for name in ("DAWN_BUILD_TESTS", "DAWN_USE_X11", "TINT_BUILD_SPV_READER")} == {
+        "DAWN_BUILD_TESTS": "OFF",
+        "DAWN_USE_X11": "OFF",
+        "TINT_BUILD_SPV_READER": "OFF",
+    }
+    # 1.21 forces Dawn's configure-time clones even for a complete custom tree: ortstack's
+    # assembled tree replaces the clone script (see test_dawn.py, the same shape in miniature).
+    assert custom["DAWN_FETCH_DEPENDENCIES"] == "ON"
+    if platform == "windows":
+        assert (custom["DAWN_USE_BUILT_DXC"], custom["DAWN_ENABLE_D3D12"], custom["DAWN_ENABLE_VULKAN"]) == (
+            "ON",
+            "ON",
+            "OFF",
+        )
+    else:
+        assert "DAWN_ENABLE_VULKAN" not in custom  # Dawn's own default: ON on Linux
+    own = dawn_plan.ort_evaluation(tree, defines, platform, custom=False)
+    assert dawn_plan.ort_patches(tree, own) == (("cmake/patches/dawn/dawn.patch",), ())

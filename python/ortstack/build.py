@@ -267,7 +267,7 @@ def _build(
         **tools.launcher_defines(),
         **sources.defines,
         **variant_defines,
-        **(dawn_tree.defines if dawn_tree else {}),
+        **(dawn_tree.cmake_defines if dawn_tree else {}),
     }
     patches = applied_patches(stack, platform)
     ort_version = (tree / "VERSION_NUMBER").read_text(encoding="utf-8").strip()

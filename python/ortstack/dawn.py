@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import _run, archive, deps, fetch, log
+from ortstack import __version__, _run, archive, deps, fetch, log
 from ortstack.cache import remove_tree
-from ortstack.dawn_plan import CUSTOM_DAWN_DEFINE, PYTHON_PACKAGES, DawnSource, Plan, ThirdParty, plan
+from ortstack.dawn_plan import CUSTOM_DAWN_DEFINE, ORT_DEPS_CMAKE, PYTHON_PACKAGES, DawnSource, Plan, ThirdParty, plan
 from ortstack.errors import BuildError, ConfigError, FetchError, PatchError
 
 if TYPE_CHECKING:
@@ -66,17 +66,26 @@ def fetch_all(cache: Cache, entries: list[ThirdParty], env: Mapping[str, str]) -
 
 @dataclass(frozen=True, kw_only=True)
 class Assembly:
-    """One variant's complete Dawn tree: where it goes, and what goes into it."""
+    """One variant's complete Dawn tree: where it goes, and what it is made from.
 
-    plan: Plan
-    source: DawnSource
+    Its folder is named by a digest of every input (Dawn's pin, ORT's Dawn cmake and patches, the
+    variant's options, the platform, a local checkout's commit), so deciding it reads no archive: a
+    no-op build stays fast, and what is missing is reported in the order the build needs it.
+    """
+
     ort_tree: Path
+    defines: Mapping[str, str]
+    """The variant's cmake options (what ORT forces on Dawn depends on them)."""
+    platform: str
+    dependency: Dependency
+    mirror: Path
+    local: Path | None
     destination: Path
     packages: dict[str, Path]
     """``DAWN_JINJA2_DIR``-style defines -> installed package folders."""
 
     @property
-    def defines(self) -> dict[str, str]:
+    def cmake_defines(self) -> dict[str, str]:
         found = {CUSTOM_DAWN_DEFINE: self.destination.as_posix()}
         return found | {name: path.as_posix() for name, path in self.packages.items()}
 
@@ -85,34 +94,37 @@ class Assembly:
         marker = self.destination.with_name(f"{self.destination.name}.json")
         if marker.is_file() and self.destination.is_dir():
             return self.destination
+        source = source_of(self.dependency, self.mirror, self.local)
+        found = plan(self.ort_tree, self.defines, self.platform, source, revision_of(self.dependency))
         with cache.lock(f"dawn-{self.destination.name}", what="the assembled Dawn tree"):
             if marker.is_file() and self.destination.is_dir():
                 return self.destination
             staged = cache.temp_dir(self.destination.parent, self.destination.name)
             try:
-                self._fill(staged, cache, env)
+                self._fill(staged, found, source, cache, env)
                 remove_tree(self.destination)
                 staged.rename(self.destination)
             finally:
                 remove_tree(staged)
-            marker.write_text(json.dumps({"revision": self.plan.revision}) + "\n", encoding="utf-8")
-        log.info(f"assembled Dawn with {len(self.plan.third_party)} third-party folders in {self.destination}")
+            record = {"revision": found.revision, "third_party": {t.path: t.commit for t in found.third_party}}
+            marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        log.info(f"assembled Dawn with {len(found.third_party)} third-party folders in {self.destination}")
         return self.destination
 
-    def _fill(self, staged: Path, cache: Cache, env: Mapping[str, str]) -> None:
-        if self.source.location.is_dir():
-            ignore = shutil.ignore_patterns(".git", *self.plan.removed)
-            shutil.copytree(self.source.location, staged, dirs_exist_ok=True, ignore=ignore, symlinks=True)
+    def _fill(self, staged: Path, found: Plan, source: DawnSource, cache: Cache, env: Mapping[str, str]) -> None:
+        if source.location.is_dir():
+            ignore = shutil.ignore_patterns(".git", *found.removed)
+            shutil.copytree(source.location, staged, dirs_exist_ok=True, ignore=ignore, symlinks=True)
         else:
-            archive.extract(self.source.location, staged, label=str(self.source.location))
-            for folder in self.plan.removed:
+            archive.extract(source.location, staged, label=str(source.location))
+            for folder in found.removed:
                 remove_tree(staged / folder)
-        for entry in self.plan.third_party:
+        for entry in found.third_party:
             if entry.python_package and any(p.name == entry.python_package for p in self.packages.values()):
                 continue
             target = staged / entry.path
             if target.is_dir() and any(target.iterdir()):
-                _check_local(entry, self.source.location / entry.path, env)
+                _check_local(entry, source.location / entry.path, env)
                 continue
             record = cache.source_record(entry.commit)
             if record is None:
@@ -120,9 +132,9 @@ class Assembly:
                 raise FetchError(msg, tip="run `ortstack fetch --deps` (needs network once)")
             remove_tree(target)
             shutil.copytree(cache.source_dir(entry.commit), target, symlinks=True)
-        for patch in self.plan.patches:
+        for patch in found.patches:
             _apply(self.ort_tree / patch, staged, env)
-        if self.plan.configure_fetches:
+        if found.configure_fetches:
             # This ORT forces DAWN_FETCH_DEPENDENCIES even for a complete tree: make the clone script a no-op.
             (staged / "tools" / "fetch_dawn_dependencies.py").write_text(FETCH_SCRIPT_STANDIN, encoding="utf-8")
 
@@ -181,10 +193,10 @@ def source_of(dependency: Dependency, mirror: Path, local: Path | None) -> DawnS
     pinned = pinned_commit(dependency.url)
     if not local.is_dir():
         msg = f"the Dawn checkout {local} does not exist"
-        raise ConfigError(msg, tip="fix [deps.dawn] source_dir in stack.toml")
-    head = _run.run(["git", "-C", str(local), "rev-parse", "HEAD"], capture=True, check=False, quiet=True)
-    if pinned and head.returncode == 0 and head.stdout.strip() != pinned:
-        msg = f"the Dawn checkout {local} is at commit {head.stdout.strip()}, not at {pinned} as deps.txt pins it"
+        raise ConfigError(msg, tip="fix [deps.dawn] source_dir in stack.toml (or --dep-source dawn=PATH)")
+    head = _head(local)
+    if pinned and head and head != pinned:
+        msg = f"the Dawn checkout {local} is at commit {head}, not at {pinned} as deps.txt pins it"
         raise ConfigError(msg, tip=f"run `git -C {local} checkout {pinned}`, or drop [deps.dawn] source_dir")
     return DawnSource(location=local)
 
@@ -193,6 +205,10 @@ def pinned_commit(url: str) -> str:
     """The commit a GitHub archive URL names (``…/archive/<commit>.zip``); '' for a tag archive."""
     match = re.search(r"/archive/([0-9a-f]{40})\.(?:zip|tar\.gz)$", url)
     return match.group(1) if match else ""
+
+
+def revision_of(dependency: Dependency) -> str:
+    return f"{dependency.url}#sha1={dependency.sha1}"
 
 
 def for_build(
@@ -215,18 +231,30 @@ def for_build(
             "sources while cmake configures (DAWN_FETCH_DEPENDENCIES); offline those clones fail silently"
         )
         return None
-    source = source_of(dependency, mirror, local)
-    found = plan(tree, defines, platform, source, f"{dependency.url}#sha1={dependency.sha1}")
-    packages: dict[str, Path] = {}
-    for variable, name in PYTHON_PACKAGES.items():
-        folder = installed_package(name)
-        if folder is not None and any(t.python_package == name for t in found.third_party):
-            packages[variable] = folder
-    digests = {
-        p: hashlib.sha256((tree / p).read_bytes()).hexdigest() if (tree / p).is_file() else "" for p in found.patches
-    }
-    destination = work_dir / "dawn" / found.key(digests | {"local": str(local or "")})
-    return Assembly(plan=found, source=source, ort_tree=tree, destination=destination, packages=packages)
+    packages = {var: folder for var, name in PYTHON_PACKAGES.items() if (folder := installed_package(name))}
+    inputs: dict[str, object] = {"dawn": revision_of(dependency), "defines": dict(defines), "platform": platform}
+    inputs |= {"packages": {k: str(v) for k, v in packages.items()}, "ortstack": __version__}
+    inputs |= {"local": [str(local), _head(local)] if local else None}
+    for path in sorted([tree / ORT_DEPS_CMAKE, *(tree / "cmake" / "patches" / "dawn").glob("*")]):
+        inputs[path.relative_to(tree).as_posix()] = (
+            hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        )
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+    return Assembly(
+        ort_tree=tree,
+        defines=dict(defines),
+        platform=platform,
+        dependency=dependency,
+        mirror=mirror,
+        local=local,
+        destination=work_dir / "dawn" / key,
+        packages=packages,
+    )
+
+
+def _head(checkout: Path) -> str:
+    head = _run.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture=True, check=False, quiet=True)
+    return head.stdout.strip() if head.returncode == 0 else ""
 
 
 def fetch_for(
@@ -243,7 +271,7 @@ def fetch_for(
     for tree, defines in builds:
         dependency = next((d for d in deps.read(tree) if d.name == "dawn"), None)
         if dependency is not None and uses_dawn(defines):
-            plans.append(plan(tree, defines, platform, source_of(dependency, mirror, local), dependency.url))
+            plans.append(plan(tree, defines, platform, source_of(dependency, mirror, local), revision_of(dependency)))
     if not plans:
         return "no variant builds Dawn"
     entries = [e for e in to_fetch(plans) if local is None or not (local / e.path).is_dir()]

@@ -11,8 +11,6 @@ one platform.
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import re
 import zipfile
 from dataclasses import dataclass
@@ -70,12 +68,6 @@ class Plan:
     """Folders ORT's patch step removes from its Dawn download (``test``)."""
     configure_fetches: bool
     """Dawn would still run its clone script while configuring (ORT forces DAWN_FETCH_DEPENDENCIES)."""
-
-    def key(self, patch_digests: Mapping[str, str]) -> str:
-        parts: dict[str, object] = {"dawn": self.revision, "deps": [(t.path, t.commit) for t in self.third_party]}
-        parts |= {"patches": [patch_digests[p] for p in self.patches], "removed": self.removed}
-        parts |= {"no-fetch": self.configure_fetches}
-        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -180,7 +172,7 @@ def _zip_top(bundle: zipfile.ZipFile) -> str:
 # What the configure uses.
 
 
-def _ort_evaluation(
+def ort_evaluation(
     ort_tree: Path, defines: Mapping[str, str], platform: str, *, custom: bool
 ) -> cmake_eval.Evaluation:
     """ORT's cmake up to the point where it hands Dawn to FetchContent."""
@@ -218,7 +210,7 @@ def _ort_evaluation(
     raise ConfigError(msg, tip="this onnxruntime tree builds Dawn in a way ortstack does not read; please report it")
 
 
-def _ort_patches(ort_tree: Path, evaluation: cmake_eval.Evaluation) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def ort_patches(ort_tree: Path, evaluation: cmake_eval.Evaluation) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The Dawn patches (ORT-relative paths) and removed folders of ORT's own Dawn FetchContent."""
     declared = next((v for n, v in evaluation.ran if n.endswith("fetchcontent_declare") and v[:1] == ["dawn"]), [])
     patches, removed = [], []
@@ -234,8 +226,8 @@ def _ort_patches(ort_tree: Path, evaluation: cmake_eval.Evaluation) -> tuple[tup
 
 def plan(ort_tree: Path, defines: Mapping[str, str], platform: str, source: DawnSource, revision: str) -> Plan:
     """Read what Dawn's configure will use for a variant with ``defines`` on ``platform``."""
-    ort = _ort_evaluation(ort_tree, defines, platform, custom=True)
-    patches, removed = _ort_patches(ort_tree, _ort_evaluation(ort_tree, defines, platform, custom=False))
+    ort = ort_evaluation(ort_tree, defines, platform, custom=True)
+    patches, removed = ort_patches(ort_tree, ort_evaluation(ort_tree, defines, platform, custom=False))
     files = source.read(("DEPS", "CMakeLists.txt", *(f"{folder}/CMakeLists.txt" for folder in FOLLOWED)))
     deps_text, top = files.get("DEPS"), files.get("CMakeLists.txt")
     if deps_text is None or top is None:
