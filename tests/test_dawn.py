@@ -319,9 +319,9 @@ def test_a_local_dawn_checkout_is_used_at_the_pinned_commit_and_refused_at_anoth
     (checkout / "README").write_text("a later commit\n", encoding="utf-8")
     git("add", "README", cwd=checkout, env=upstream.env)
     git("commit", "--quiet", "-m", "later", cwd=checkout, env=upstream.env)
-    line = one_error(project.ortstack("build"), 3)
-    assert f"the Dawn checkout {checkout} is at commit" in line
-    assert f"not at {dawn_commit} as deps.txt pins it" in line
+    line = one_error(project.ortstack("build"), 4)
+    assert f"dependency dawn: {checkout} is at " in line
+    assert f"but deps.txt pins commit {dawn_commit}" in line
 
 
 @pytest.mark.compile

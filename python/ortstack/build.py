@@ -253,6 +253,7 @@ def _build(
         local=local.get("dawn"),
         work_dir=settings.work_dir,
         allow_fetch=request.allow_dawn_fetch,
+        env=settings.env,
     )
     ort_options = {
         "CMAKE_BUILD_TYPE": stack.build.build_type,

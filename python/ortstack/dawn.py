@@ -14,16 +14,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import __version__, _run, archive, deps, fetch, log
+from ortstack import __version__, _run, archive, dep_sources, deps, fetch, log
 from ortstack.cache import remove_tree
 from ortstack.dawn_plan import CUSTOM_DAWN_DEFINE, ORT_DEPS_CMAKE, PYTHON_PACKAGES, DawnSource, Plan, ThirdParty, plan
 from ortstack.errors import BuildError, ConfigError, FetchError, PatchError
+from ortstack.lockfile import write_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -99,6 +99,7 @@ class Assembly:
         with cache.lock(f"dawn-{self.destination.name}", what="the assembled Dawn tree"):
             if marker.is_file() and self.destination.is_dir():
                 return self.destination
+            cache.remove_stale_temps(self.destination.parent, self.destination.name)
             staged = cache.temp_dir(self.destination.parent, self.destination.name)
             try:
                 self._fill(staged, found, source, cache, env)
@@ -107,7 +108,7 @@ class Assembly:
             finally:
                 remove_tree(staged)
             record = {"revision": found.revision, "third_party": {t.path: t.commit for t in found.third_party}}
-            marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            write_atomic(marker, (json.dumps(record, indent=2) + "\n").encode())  # last: the tree is complete
         log.info(f"assembled Dawn with {len(found.third_party)} third-party folders in {self.destination}")
         return self.destination
 
@@ -147,9 +148,8 @@ print("fetch_dawn_dependencies: nothing to fetch, ortstack assembled Dawn's thir
 
 def _check_local(entry: ThirdParty, folder: Path, env: Mapping[str, str]) -> None:
     """A third-party folder of a local Dawn checkout: at the DEPS commit when it is a git checkout."""
-    head = _run.run(["git", "-C", str(folder), "rev-parse", "HEAD"], env=env, capture=True, check=False, quiet=True)
-    at = head.stdout.strip()
-    if head.returncode == 0 and (folder / ".git").exists() and at != entry.commit:
+    at = _head(folder, env)
+    if at and (folder / ".git").exists() and at != entry.commit:
         msg = f"{folder} is at commit {at}, not at {entry.commit} as Dawn's DEPS pins it"
         raise FetchError(msg, tip=f"run `git -C {folder} checkout {entry.commit}`, or remove the folder")
 
@@ -183,28 +183,25 @@ def uses_dawn(defines: Mapping[str, str]) -> bool:
 
 
 def source_of(dependency: Dependency, mirror: Path, local: Path | None) -> DawnSource:
-    """A local Dawn checkout when one is declared (checked against the pin), else the mirrored archive."""
+    """A local Dawn checkout when one is declared, else the mirrored archive."""
     if local is None:
         zipped = dependency.mirror_path(mirror)
         if not zipped.is_file():
             msg = f"Dawn ({dependency.url}) is not in the deps mirror {mirror}"
             raise FetchError(msg, tip="run `ortstack fetch --deps` (needs network once)")
         return DawnSource(location=zipped)
-    pinned = pinned_commit(dependency.url)
     if not local.is_dir():
         msg = f"the Dawn checkout {local} does not exist"
         raise ConfigError(msg, tip="fix [deps.dawn] source_dir in stack.toml (or --dep-source dawn=PATH)")
-    head = _head(local)
-    if pinned and head and head != pinned:
-        msg = f"the Dawn checkout {local} is at commit {head}, not at {pinned} as deps.txt pins it"
-        raise ConfigError(msg, tip=f"run `git -C {local} checkout {pinned}`, or drop [deps.dawn] source_dir")
     return DawnSource(location=local)
 
 
-def pinned_commit(url: str) -> str:
-    """The commit a GitHub archive URL names (``…/archive/<commit>.zip``); '' for a tag archive."""
-    match = re.search(r"/archive/([0-9a-f]{40})\.(?:zip|tar\.gz)$", url)
-    return match.group(1) if match else ""
+def checked_local(dependency: Dependency, local: Path | None, env: Mapping[str, str]) -> str:
+    """How a declared Dawn checkout matches the deps.txt pin ('' without one); raises on another commit."""
+    if local is None:
+        return ""
+    source_of(dependency, Path(), local)
+    return dep_sources.check_pin(dependency, local, env)
 
 
 def revision_of(dependency: Dependency) -> str:
@@ -221,6 +218,7 @@ def for_build(
     local: Path | None,
     work_dir: Path,
     allow_fetch: bool,
+    env: Mapping[str, str],
 ) -> Assembly | None:
     """The Dawn tree this variant's build gets, or None when ORT should not be given one."""
     if dependency is None or not uses_dawn(defines):
@@ -234,7 +232,7 @@ def for_build(
     packages = {var: folder for var, name in PYTHON_PACKAGES.items() if (folder := installed_package(name))}
     inputs: dict[str, object] = {"dawn": revision_of(dependency), "defines": dict(defines), "platform": platform}
     inputs |= {"packages": {k: str(v) for k, v in packages.items()}, "ortstack": __version__}
-    inputs |= {"local": [str(local), _head(local)] if local else None}
+    inputs |= {"local": [str(local), checked_local(dependency, local, env), _head(local, env)] if local else None}
     for path in sorted([tree / ORT_DEPS_CMAKE, *(tree / "cmake" / "patches" / "dawn").glob("*")]):
         inputs[path.relative_to(tree).as_posix()] = (
             hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
@@ -252,8 +250,8 @@ def for_build(
     )
 
 
-def _head(checkout: Path) -> str:
-    head = _run.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture=True, check=False, quiet=True)
+def _head(checkout: Path, env: Mapping[str, str]) -> str:
+    head = _run.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], env=env, capture=True, check=False, quiet=True)
     return head.stdout.strip() if head.returncode == 0 else ""
 
 
@@ -271,6 +269,7 @@ def fetch_for(
     for tree, defines in builds:
         dependency = next((d for d in deps.read(tree) if d.name == "dawn"), None)
         if dependency is not None and uses_dawn(defines):
+            checked_local(dependency, local, env)
             plans.append(plan(tree, defines, platform, source_of(dependency, mirror, local), revision_of(dependency)))
     if not plans:
         return "no variant builds Dawn"

@@ -172,9 +172,7 @@ def _zip_top(bundle: zipfile.ZipFile) -> str:
 # What the configure uses.
 
 
-def ort_evaluation(
-    ort_tree: Path, defines: Mapping[str, str], platform: str, *, custom: bool
-) -> cmake_eval.Evaluation:
+def ort_evaluation(ort_tree: Path, defines: Mapping[str, str], platform: str, *, custom: bool) -> cmake_eval.Evaluation:
     """ORT's cmake up to the point where it hands Dawn to FetchContent."""
     path = ort_tree / ORT_DEPS_CMAKE
     if not path.is_file():
