@@ -42,6 +42,11 @@ def installed_package(name: str) -> Path | None:
     return Path(next(iter(locations))) if locations else None
 
 
+def _has_files(folder: Path) -> bool:
+    """A third-party folder a checkout really holds (an empty one is a submodule never cloned)."""
+    return folder.is_dir() and any(folder.iterdir())
+
+
 def to_fetch(plans: list[Plan]) -> list[ThirdParty]:
     """The DEPS entries of ``plans`` that must come from git (an installed package stands in for the rest)."""
     wanted = {(t.path, t.commit): t for p in plans for t in p.third_party}
@@ -114,7 +119,13 @@ class Assembly:
 
     def _fill(self, staged: Path, found: Plan, source: DawnSource, cache: Cache, env: Mapping[str, str]) -> None:
         if source.location.is_dir():
-            ignore = shutil.ignore_patterns(".git", *found.removed)
+            # ORT removes these folders at Dawn's top (its `test/`); a third-party source's own
+            # `test/` is part of that source's build, so the match is by path, not by name.
+            skipped = {(source.location / folder).resolve() for folder in found.removed}
+
+            def ignore(directory: str, names: list[str]) -> set[str]:
+                return {n for n in names if n == ".git" or (Path(directory) / n).resolve() in skipped}
+
             shutil.copytree(source.location, staged, dirs_exist_ok=True, ignore=ignore, symlinks=True)
         else:
             archive.extract(source.location, staged, label=str(source.location))
@@ -124,7 +135,7 @@ class Assembly:
             if entry.python_package and any(p.name == entry.python_package for p in self.packages.values()):
                 continue
             target = staged / entry.path
-            if target.is_dir() and any(target.iterdir()):
+            if _has_files(target):
                 _check_local(entry, source.location / entry.path, env)
                 continue
             record = cache.source_record(entry.commit)
@@ -273,7 +284,7 @@ def fetch_for(
             plans.append(plan(tree, defines, platform, source_of(dependency, mirror, local), revision_of(dependency)))
     if not plans:
         return "no variant builds Dawn"
-    entries = [e for e in to_fetch(plans) if local is None or not (local / e.path).is_dir()]
+    entries = [e for e in to_fetch(plans) if local is None or not _has_files(local / e.path)]
     fetched = fetch_all(cache, entries, env)
     names = ", ".join(sorted({t.path.removeprefix("third_party/") for p in plans for t in p.third_party}))
     return f"Dawn's third-party sources for {platform}: {names} ({fetched} fetched now)"
