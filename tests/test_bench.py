@@ -20,7 +20,8 @@ import pytest
 
 from clirun import one_error
 from ortstack import vulkan
-from ortstack.bench import interleaved_order
+from ortstack.bench import OP_VARIANTS, interleaved_order
+from wheel_bench import ops
 
 if TYPE_CHECKING:
     from clirun import RunOrtstack
@@ -33,8 +34,34 @@ def test_interleaved_order_reverses_the_second_round() -> None:
     assert interleaved_order(1) == [(0, 1), (0, 2)]
 
 
-@pytest.mark.slow
-def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path, base_env: dict[str, str]) -> None:
+def test_the_orchestrator_offers_the_variants_the_worker_builds() -> None:
+    assert OP_VARIANTS == ops.VARIANTS
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--capture", "maybe"), ("--capture", "on,on"), ("--adapter", "yes"), ("--variants", "base,lora_int4")],
+)
+def test_bench_refuses_unknown_modes_and_variants(run_ortstack: RunOrtstack, option: str, value: str) -> None:
+    result = run_ortstack("bench", "--ep=cpu", f"{option}={value}")
+    assert result.returncode == 2, result.stderr
+    assert f"argument {option}" in result.stderr, result.stderr
+
+
+def test_raw_int8_case_keeps_old_keys_and_disables_the_fusion() -> None:
+    plain = ops.OpCase(variant="lora_int8", m=1, k=256, layers=4)
+    assert plain.key == "lora_int8/M=1/K=256/L=4"
+    assert plain.disabled_optimizers == []
+    raw = ops.OpCase(variant="lora_int8_raw", m=1, k=256, layers=4, adapter=False, capture=True)
+    assert raw.key == "lora_int8_raw/M=1/K=256/L=4/adapter=off/capture=on"
+    assert raw.disabled_optimizers == ["MatMulNBitsQLoRAFusion"]
+    # Both INT8 variants are one model; only the session differs.
+    assert ops.build(raw)[0] == ops.build(ops.OpCase(variant="lora_int8", m=1, k=256, layers=4, adapter=False))[0]
+    assert ops.build(raw)[0] != ops.build(plain)[0]
+
+
+def _quick_cpu_bench(tmp_path: Path, base_env: dict[str, str], *args: str, wheels: int = 2) -> Path:
+    """Run ``ortstack bench --quick --ep=cpu --levels=ops ARGS`` on this interpreter's onnxruntime; the output dir."""
     spec = f"onnxruntime=={version('onnxruntime')}"
     out = tmp_path / "out"
     no_index = tmp_path / "no-index"
@@ -47,20 +74,25 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
         "--quick",
         "--ep=cpu",
         "--levels=ops",
-        f"--wheel={spec}",
-        f"--wheel={spec}",
+        *[f"--wheel={spec}"] * wheels,
         f"--out={out}",
         f"--cache-dir={tmp_path / 'cache'}",
         f"--find-links={no_index}",
         "--no-index",
         "--system-site-packages",
+        *args,
     ]
     env = {**base_env, "PYTHONPATH": os.pathsep.join(filter(None, [str(PYTHON_SRC), base_env.get("PYTHONPATH")]))}
     # The timeout only guards against a hang; the bench itself is not timed.
     result = subprocess.run(argv, check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stderr
     assert f"ok: bench written to {out}" in " ".join(result.stderr.split())
+    return out
 
+
+@pytest.mark.slow
+def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path, base_env: dict[str, str]) -> None:
+    out = _quick_cpu_bench(tmp_path, base_env)
     document = json.loads((out / "bench.json").read_text())
     assert [w["id"] for w in document["wheels"]] == ["A", "B"]
     order = [(o["wheel"], o["round"]) for o in document["order"]]
@@ -101,7 +133,7 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
     }
 
     markdown = (out / "bench.md").read_text()
-    assert "| wheel | variant | M | per layer µs |" in markdown
+    assert "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) |" in markdown
     assert "order of worker runs: A1 B1 B2 A2" in markdown
     assert "CPU-measured" not in markdown  # the CPU EP is not a software WebGPU adapter
     assert (out / "ops.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
@@ -122,3 +154,61 @@ def test_webgpu_bench_without_a_driver_fails_before_any_venv_or_model(
     assert "sudo bash ci/lavapipe.sh" in result.stderr
     assert "ortstack bench --ep cpu" in result.stderr
     assert not cache.exists(), "no venv and no model were made"
+
+
+@pytest.mark.slow
+def test_raw_vs_fused_adapter_and_capture_modes_on_the_cpu_ep(tmp_path: Path, base_env: dict[str, str]) -> None:
+    """Same-wheel A/B of the raw INT8 pattern and the fused one: on the CPU EP nothing fuses, and capture
+    (a WebGPU option) is reported as not measured, with why."""
+    args = ("--variants=base,lora_int8,lora_int8_raw", "--adapter=on,off", "--capture=off,on", "--m=1,16")
+    out = _quick_cpu_bench(tmp_path, base_env, *args, wheels=1)
+    document = json.loads((out / "bench.json").read_text())
+    options = document["options"]
+    assert options["variants"] == ["base", "lora_int8", "lora_int8_raw"]
+    assert options["adapter_modes"] == [True, False]
+    assert options["capture_modes"] == [False, True]
+    layers = {1, options["layers"]}
+    expected = {
+        f"{v}/M={m}/K={options['k']}/L={n}" + suffix + capture
+        for m in (1, 16)
+        for n in layers
+        for capture in ("", "/capture=on")
+        for v, suffix in [("base", ""), *((v, s) for v in ("lora_int8", "lora_int8_raw") for s in ("", "/adapter=off"))]
+    }
+    for run in document["runs"]:
+        cases = {c["key"]: c for c in run["cases"]}
+        assert set(cases) == expected
+        for key, case in cases.items():
+            if case["capture"]:
+                assert case["error"] == "graph capture is a WebGPU provider option; the CPU EP has none", key
+                continue
+            if "error" in case:  # a wheel without empty-weight MatMulNBits refuses adapter off
+                assert not case["adapter"], case
+                assert case["error"].startswith("adapter off needs empty-weight MatMulNBits: "), case
+                continue
+            assert case["output_finite"], key
+            if case["variant"] == "lora_int8":
+                assert case["fused_nodes"] == 0, case
+                assert case["fusion"].startswith("absent"), case
+            elif case["variant"] == "lora_int8_raw":
+                assert case["fused_nodes"] == 0, case
+                assert case["fusion"] == f"disabled: 0/{case['layers']} fused with MatMulNBitsQLoRAFusion off"
+
+    table = document["summary"]["ops"]
+    assert not any(r["capture"] for r in table)  # nothing captured was measured
+    for row in table:
+        if row["variant"] == "base":
+            assert row["x_base"] == pytest.approx(1.0)
+            assert row["x_base_ci"] is None
+        else:
+            low, high = row["x_base_ci"]
+            assert 0 < low <= high
+            assert row["x_base"] > 0
+    measured = {(r["variant"], r["m"], r["adapter"]) for r in table}
+    assert {(v, m, True) for v in ("base", "lora_int8", "lora_int8_raw") for m in (1, 16)} <= measured
+
+    markdown = (out / "bench.md").read_text()
+    assert "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) |" in markdown
+    assert "| absent: the optimized graph keeps the raw pattern (CPU EP) |" in markdown
+    assert "## Not measured" in markdown
+    assert "lora_int8_raw/M=16/K=256/L=4/adapter=off/capture=on: graph capture is a WebGPU provider option" in markdown

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 GENAI_REQUIREMENT = "onnxruntime-genai==0.18.0"
 WORKER_EXTRAS = ("numpy", "onnx")
 BUILDER_REQUIREMENTS = ("torch", "transformers", "tokenizers", "onnx", "onnx_ir")
+OP_VARIANTS = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8", "lora_int8_raw")
+"""What ``wheel_bench.ops`` builds (its ``VARIANTS``; that package needs onnx, the orchestrator does not)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,10 +49,13 @@ class BenchOptions:
     ms: tuple[int, ...] = (1, 128, 1024)
     k: int = 4096
     layers: int = 16
-    variants: tuple[str, ...] = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8")
+    variants: tuple[str, ...] = OP_VARIANTS
+    adapter_modes: tuple[bool, ...] = (True, False)
+    """Op level, INT8 variants: adapter on, and off (zero-sized adapter weights)."""
     prompt_lengths: tuple[int, ...] = (128, 1024)
     generate: int = 128
     capture_modes: tuple[bool, ...] = (False, True)
+    """Graph capture off / on, at both levels."""
     model_shape: str = "realistic"
     model_dir: Path | None = None
     """A model made by ``wheel_bench.genai_model``; built (and cached) when not given."""
@@ -77,6 +82,7 @@ def quick(options: BenchOptions) -> BenchOptions:
         layers=4,
         prompt_lengths=(16,),
         generate=8,
+        adapter_modes=(True,),
         capture_modes=(False,),
         model_shape="tiny",
     )
@@ -188,6 +194,8 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
             "k": options.k,
             "layers": options.layers,
             "variants": list(options.variants),
+            "adapters": list(options.adapter_modes),
+            "captures": list(options.capture_modes),
         }
     if "genai" in options.levels and model_dir is not None:
         plan["genai"] = {

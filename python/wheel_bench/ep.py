@@ -37,6 +37,8 @@ class EpSetup:
         options.log_severity_level = 3
         if self.kind == "cpu":
             return options
+        if graph_capture:  # a captured graph replays fixed buffers: no memory pattern planning
+            options.enable_mem_pattern = False
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         if self.kind == "plugin":
             provider_options = {"enableGraphCapture": "1"} if graph_capture else {}
@@ -50,11 +52,15 @@ class EpSetup:
             return [(WEBGPU, {"enableGraphCapture": "1"} if graph_capture else {})]
         return None  # the plugin device is set on the session options
 
-    def session(self, model: bytes | str, *, graph_capture: bool = False) -> ort.InferenceSession:
+    def session(
+        self, model: bytes | str, *, graph_capture: bool = False, disabled_optimizers: list[str] | None = None
+    ) -> ort.InferenceSession:
+        """A session on the chosen EP; ``disabled_optimizers`` names graph transformers to leave out."""
         session = ort.InferenceSession(
             model,
             sess_options=self.session_options(graph_capture=graph_capture),
             providers=self.providers(graph_capture=graph_capture),
+            disabled_optimizers=disabled_optimizers or [],
         )
         expected = "CPUExecutionProvider" if self.kind == "cpu" else WEBGPU
         actual = session.get_providers()[0]

@@ -91,41 +91,54 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
 def _ops_table(
     document: dict[str, Any], samples: dict[tuple[str, str], dict[str, list[float]]], bandwidth: float | None
 ) -> list[dict[str, Any]]:
-    """Per wheel, variant and M: per-layer and marginal µs, ratio to base, bytes and floor."""
-    chains: dict[tuple[str, int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+    """Per wheel, variant, M, adapter and capture: per-layer and marginal µs, ratio to base, bytes and floor.
+
+    The ratio to base compares the longest chains of the same wheel, M and capture mode: the ratio of
+    medians with its bootstrap interval (``compare``), so a variant within base's spread says so.
+    """
+    chains: dict[tuple[str, int, int, bool, bool], dict[int, dict[str, Any]]] = defaultdict(dict)
     for key, case in _cases(document).items():
-        if case["level"] == "ops":
-            chains[(case["variant"], case["m"], case["k"])][case["layers"]] = {"key": key, **case}
+        if case["level"] == "ops" and "error" not in case:
+            group = (case["variant"], case["m"], case["k"], case.get("adapter", True), case.get("capture", False))
+            chains[group][case["layers"]] = {"key": key, **case}
     out = []
     for wheel in (w["id"] for w in document["wheels"]):
-        medians: dict[tuple[str, int, int], tuple[float, float | None]] = {}
-        for (variant, m, k), by_layers in chains.items():
+        medians: dict[tuple[str, int, int, bool, bool], tuple[float, float | None, list[float]]] = {}
+        for group, by_layers in chains.items():
             longest = max(by_layers)
-            ms_long = statistics.median(samples[(wheel, by_layers[longest]["key"])]["ms"])
-            per_layer = ms_long / longest * 1e3
+            long_samples = samples.get((wheel, by_layers[longest]["key"]), {}).get("ms")
+            if not long_samples:
+                continue
+            ms_long = statistics.median(long_samples)
             marginal = None
-            if 1 in by_layers and longest > 1:
-                ms_one = statistics.median(samples[(wheel, by_layers[1]["key"])]["ms"])
-                marginal = (ms_long - ms_one) / (longest - 1) * 1e3
-            medians[(variant, m, k)] = (per_layer, marginal)
-        for (variant, m, k), (per_layer, marginal) in medians.items():
-            base = medians.get(("base", m, k))
-            case = chains[(variant, m, k)][max(chains[(variant, m, k)])]
+            one = samples.get((wheel, by_layers[1]["key"]), {}).get("ms") if 1 in by_layers else None
+            if one and longest > 1:
+                marginal = (ms_long - statistics.median(one)) / (longest - 1) * 1e3
+            medians[group] = (ms_long / longest * 1e3, marginal, long_samples)
+        for group, (per_layer, marginal, long_samples) in medians.items():
+            variant, m, k, adapter, capture = group
+            base = medians.get(("base", m, k, True, capture))
+            case = chains[group][max(chains[group])]
             nbytes = case["bytes_per_layer"]
+            x_base = compare(base[2], long_samples, higher_is_better=False) if base and variant != "base" else None
             out.append(
                 {
                     "wheel": wheel,
                     "variant": variant,
                     "m": m,
                     "k": k,
+                    "adapter": adapter,
+                    "capture": capture,
                     "layers": case["layers"],
                     "per_layer_us": per_layer,
                     "marginal_us": marginal,
                     "x_base": per_layer / base[0] if base else None,
+                    "x_base_ci": [x_base.ci_low, x_base.ci_high] if x_base else None,
                     "marginal_x_base": marginal / base[1] if base and base[1] and marginal is not None else None,
                     "bytes_per_layer": nbytes,
                     "floor_us": nbytes / (bandwidth * 1e9) * 1e6 if bandwidth else None,
                     "fused_nodes": case.get("fused_nodes"),
+                    "fusion": case.get("fusion"),
                 }
             )
     return out
@@ -151,6 +164,32 @@ def _spread(spread: dict[str, float] | None, digits: int = 1) -> str:
     if not spread:
         return "-"
     return f"{_fmt(spread['median'], digits)} ({_fmt(spread['min'], digits)}-{_fmt(spread['max'], digits)})"
+
+
+def _on_off(flag: bool) -> str:  # noqa: FBT001 - a table cell
+    return "on" if flag else "off"
+
+
+def _ratio(row: dict[str, Any]) -> str:
+    interval = row.get("x_base_ci")
+    text = _fmt(row["x_base"], 2)
+    return f"{text} ({interval[0]:.2f}-{interval[1]:.2f})" if interval else text
+
+
+def _label(row: dict[str, Any]) -> str:
+    """A bar's name: the variant, with the adapter and capture modes that are not the default."""
+    return (
+        str(row["variant"])
+        + ("" if row.get("adapter", True) else " adapter off")
+        + (" capture" if row.get("capture", False) else "")
+    )
+
+
+def _fused(row: dict[str, Any]) -> str:
+    """Results written before the ``fusion`` note carry only the fused-node count."""
+    if row.get("fusion"):
+        return str(row["fusion"])
+    return "-" if row["fused_nodes"] is None else str(row["fused_nodes"])
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -193,16 +232,27 @@ def markdown(document: dict[str, Any]) -> str:
         lines += [
             "## Op level: per-layer cost of a MatMulNBits chain",
             "",
-            f"µs per layer = median run time / L; marginal = (t_L - t_1)/(L - 1); {floor_note}.",
+            (
+                f"µs per layer = median run time / L; marginal = (t_L - t_1)/(L - 1); {floor_note}. x base: ratio of "
+                "medians to `base` of the same wheel, M and capture mode, with its 95 % bootstrap interval; "
+                "adapter off: zero-sized adapter weights."
+            ),
             "",
-            "| wheel | variant | M | per layer µs | x base | marginal µs | x base | MB/layer | floor µs | fused |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            (
+                "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) | marginal µs | x base | "
+                "MB/layer | floor µs | fused |"
+            ),
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {r['wheel']} | {r['variant']} | {r['m']} | {_fmt(r['per_layer_us'])} | {_fmt(r['x_base'], 2)} | "
+            f"| {r['wheel']} | {r['variant']} | {r['m']} | {_on_off(r.get('adapter', True))} | "
+            f"{_on_off(r.get('capture', False))} | {_fmt(r['per_layer_us'])} | {_ratio(r)} | "
             f"{_fmt(r['marginal_us'])} | {_fmt(r['marginal_x_base'], 2)} | {r['bytes_per_layer'] / 1e6:.2f} | "
-            f"{_fmt(r['floor_us'], 2)} | {'-' if r['fused_nodes'] is None else r['fused_nodes']} |"
-            for r in sorted(summary["ops"], key=lambda r: (r["m"], r["variant"], r["wheel"]))
+            f"{_fmt(r['floor_us'], 2)} | {_fused(r)} |"
+            for r in sorted(
+                summary["ops"],
+                key=lambda r: (r["m"], r.get("capture", False), r["variant"], not r.get("adapter", True), r["wheel"]),
+            )
         ]
         lines.append("")
     genai_rows = [r for r in summary["rows"] if r["level"] == "genai"]
@@ -319,15 +369,16 @@ def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(ms), figsize=(4.5 * len(ms), 4), squeeze=False)
         for ax, m in zip(axes[0], ms, strict=True):
             rows = [r for r in summary["ops"] if r["m"] == m]
-            variants = sorted({r["variant"] for r in rows})
+            variants = sorted({_label(r) for r in rows})
             wheels = sorted({r["wheel"] for r in rows})
             width = 0.8 / len(wheels)
             for i, wheel in enumerate(wheels):
                 values = [
-                    next(r["per_layer_us"] for r in rows if r["wheel"] == wheel and r["variant"] == v) for v in variants
+                    next((r["per_layer_us"] for r in rows if r["wheel"] == wheel and _label(r) == v), 0.0)
+                    for v in variants
                 ]
                 ax.bar([x + i * width for x in range(len(variants))], values, width, label=wheel)
-            floor = next((r["floor_us"] for r in rows if r["variant"] == "base"), None)
+            floor = next((r["floor_us"] for r in rows if _label(r) == "base"), None)
             if floor:
                 ax.axhline(floor, color="gray", linestyle="--", linewidth=1, label="base floor")
             ticks = [x + width * (len(wheels) - 1) / 2 for x in range(len(variants))]

@@ -23,8 +23,19 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     cases: list[dict[str, Any]] = []
     ops_plan = plan.get("ops")
     if ops_plan:
-        chain = ops.cases(ms=ops_plan["ms"], k=ops_plan["k"], layers=ops_plan["layers"], variants=ops_plan["variants"])
-        cases += [ops.measure(setup, case, warmups=plan["warmups"], requests=plan["requests"]) for case in chain]
+        chain = ops.cases(
+            ms=ops_plan["ms"],
+            k=ops_plan["k"],
+            layers=ops_plan["layers"],
+            variants=ops_plan["variants"],
+            adapters=ops_plan.get("adapters", [True]),
+            captures=ops_plan.get("captures", [False]),
+        )
+        refused = ops.empty_weights_refusal(plan["ep"]) if any(not case.adapter for case in chain) else None
+        cases += [
+            ops.measure(setup, case, warmups=plan["warmups"], requests=plan["requests"], empty_weights_refused=refused)
+            for case in chain
+        ]
     genai_plan = plan.get("genai")
     if genai_plan:
         cases += genai_run.measure(

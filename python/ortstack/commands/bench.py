@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,8 +11,6 @@ from ortstack import bench, log
 from ortstack.commands import add_install_options, install_args
 
 if TYPE_CHECKING:
-    import argparse
-
     from ortstack.settings import Settings
 
 HELP = "Benchmark one or two wheels, interleaved A B B A: op chains and genai TTFT/decode; JSON, Markdown, PNG."
@@ -25,6 +24,24 @@ EXAMPLES = """examples:
   ortstack bench --quick --ep cpu           the stock baselines, small shapes, on the CPU EP (minutes)
   ortstack bench --wheel dist/A.whl --wheel dist/B.whl --ep webgpu   A/B of two wheels on WebGPU"""
 COMMON = ("--cache-dir", "--work-dir")
+
+
+def _on_off(text: str) -> tuple[bool, ...]:
+    """``on``, ``off`` or both as a comma list, in the order given."""
+    words = text.split(",")
+    if not words or any(w not in {"on", "off"} for w in words) or len(set(words)) != len(words):
+        msg = f"expected a comma list of on and off, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return tuple(w == "on" for w in words)
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    names = tuple(text.split(","))
+    unknown = [n for n in names if n not in bench.OP_VARIANTS]
+    if unknown or len(set(names)) != len(names):
+        msg = f"expected a comma list of {', '.join(bench.OP_VARIANTS)} (each once), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,9 +61,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--m", type=_ints, help="op level: comma list of M")
     parser.add_argument("--k", type=int, help="op level: K = N")
     parser.add_argument("--layers", type=int, help="op level: chain length L")
+    parser.add_argument(
+        "--variants",
+        type=_variants,
+        help=f"op level: comma list of {', '.join(bench.OP_VARIANTS)} (default all); lora_int8 is fused where "
+        "the wheel has MatMulNBitsQLoRA, lora_int8_raw the same model with the fusion disabled",
+    )
+    parser.add_argument(
+        "--adapter",
+        type=_on_off,
+        help="op level, INT8 variants: on, off (zero-sized adapter weights) or on,off (default on,off; --quick: on)",
+    )
     parser.add_argument("--prompts", type=_ints, help="model level: comma list of prompt lengths")
     parser.add_argument("--generate", type=int, help="model level: tokens to generate")
-    parser.add_argument("--no-capture", action="store_true", help="model level: skip graph capture on")
+    capture = parser.add_mutually_exclusive_group()
+    capture.add_argument(
+        "--capture",
+        type=_on_off,
+        help="WebGPU graph capture at both levels: on, off or off,on (default off,on; --quick: off)",
+    )
+    capture.add_argument("--no-capture", action="store_true", help="the same as --capture off")
     parser.add_argument("--genai-model", type=Path, help="a model made by wheel_bench.genai_model (skips the build)")
     parser.add_argument("--builder-python", type=Path, help="interpreter with torch/transformers for the model build")
     parser.add_argument("--bandwidth-gbs", type=float, help="device bandwidth for the floor column")
@@ -81,9 +115,11 @@ def main(args: argparse.Namespace, config: Settings) -> int:
         "ms": args.m,
         "k": args.k,
         "layers": args.layers,
+        "variants": args.variants,
+        "adapter_modes": args.adapter,
         "prompt_lengths": args.prompts,
         "generate": args.generate,
-        "capture_modes": (False,) if args.no_capture else None,
+        "capture_modes": (False,) if args.no_capture else args.capture,
     }
     options = bench.replace(options, **{k: v for k, v in overrides.items() if v is not None})
     paths = bench.run(options, config.env)
