@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import onnxruntime as ort
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
 EpKind = Literal["cpu", "webgpu", "plugin"]
 EP_KINDS: tuple[EpKind, ...] = get_args(EpKind)
@@ -80,8 +80,13 @@ def make_session(
     *,
     options: ort.SessionOptions | None = None,
     provider_options: Mapping[str, str] | None = None,
+    disabled_optimizers: Sequence[str] = (),
 ) -> ort.InferenceSession:
-    """A session on ``ep`` alone; raises SilentFallbackError if ORT put it anywhere else."""
+    """A session on ``ep`` alone; raises SilentFallbackError if ORT put it anywhere else.
+
+    ``disabled_optimizers`` names graph transformers to leave out (an ``InferenceSession`` keyword
+    that every onnxruntime these suites support takes).
+    """
     options = options or session_options(ep)
     if ep != "cpu" and options.get_session_config_entry(FALLBACK_SWITCH) != "1":
         msg = f"suite sessions must set {FALLBACK_SWITCH}=1"
@@ -92,10 +97,14 @@ def make_session(
             msg = "the WebGPU plugin EP lists no device"
             raise SilentFallbackError(msg)
         options.add_provider_for_devices(list(devices[:1]), dict(provider_options or {}))
-        session = ort.InferenceSession(model, options)
+        session = ort.InferenceSession(model, options, disabled_optimizers=list(disabled_optimizers))
     else:
         session = ort.InferenceSession(
-            model, options, providers=[PROVIDER_NAME[ep]], provider_options=[dict(provider_options or {})]
+            model,
+            options,
+            providers=[PROVIDER_NAME[ep]],
+            provider_options=[dict(provider_options or {})],
+            disabled_optimizers=list(disabled_optimizers),
         )
     assert_runs_on(session, ep)
     return session

@@ -130,6 +130,8 @@ class QloraSpec:
     form: AdapterForm
     layout: Layout = "original"
     defaults: Defaults = "zeros"
+    batched: bool = False
+    """X of shape (batch, M, K) instead of (M, K)."""
 
 
 def adapter_tensors(spec: QloraSpec, adapter: LoraWeights) -> dict[str, npt.NDArray[np.generic]]:
@@ -151,7 +153,7 @@ def adapter_tensors(spec: QloraSpec, adapter: LoraWeights) -> dict[str, npt.NDAr
     return {"lora_down.weight": down, "lora_up.weight": up}
 
 
-def _default_adapter(spec: QloraSpec) -> dict[str, npt.NDArray[np.generic]]:
+def default_adapter(spec: QloraSpec) -> dict[str, npt.NDArray[np.generic]]:
     """Adapter defaults that contribute nothing: zeros, or zero-sized packed weights."""
     rank = 0 if spec.defaults == "empty" else spec.rank
     if spec.form == "int8":
@@ -180,7 +182,7 @@ def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
     elem = ELEM_TYPE[spec.dtype]
     nodes = [_nbits_node("base", "X", base, "base_out")]
     initializers = _nbits_initializers("base", base)
-    defaults = _default_adapter(spec)
+    defaults = default_adapter(spec)
     if spec.form == "int8":
         # MatMulNBits requires N and K as attributes: the INT8 form is rank-32 by construction.
         nodes += [
@@ -232,9 +234,10 @@ def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
         types = {}
     nodes.append(helper.make_node("Add", ["base_out", "lora_out"], ["Y"], name="lora_add"))
     initializers += [_tensor(name, value) for name, value in defaults.items()]
-    inputs = [helper.make_tensor_value_info("X", elem, ["M", spec.k])]
+    rows: list[str] = ["batch", "M"] if spec.batched else ["M"]
+    inputs = [helper.make_tensor_value_info("X", elem, [*rows, spec.k])]
     inputs += [helper.make_tensor_value_info(name, types.get(name, elem), shape) for name, shape in shapes.items()]
-    return _model(nodes, inputs, [helper.make_tensor_value_info("Y", elem, ["M", spec.n])], initializers)
+    return _model(nodes, inputs, [helper.make_tensor_value_info("Y", elem, [*rows, spec.n])], initializers)
 
 
 @dataclass(frozen=True, kw_only=True)

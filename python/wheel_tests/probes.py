@@ -147,6 +147,61 @@ def _qlora_empty_defaults(ep: str, args: argparse.Namespace) -> tuple[Outcome, s
     return "ok", "adapter off = base, adapter on = base + adapter"
 
 
+NO_DEVICE_VALUES = "no device OrtValues"
+"""How the capture probe starts its refusal when the wheel's Python API cannot bind device buffers."""
+CAPTURE_SWITCHES = ("a", "a", "b", "off", "a")
+"""Capture with adapter A, replay it, switch to B, to off (zeros), back to A."""
+
+
+def _qlora_capture(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
+    """The INT8 QLoRA pattern through buffers bound once (``run_with_iobinding``), adapter inputs switched
+    by ``update_inplace``: with ``--capture`` (WebGPU ``enableGraphCapture``) every run after the first is a
+    replay, which reads no feeds. Each run must equal an uncaptured session's output and the reference."""
+    import onnxruntime as ort  # noqa: PLC0415
+
+    from wheel_tests import eps, lora, models, reference  # noqa: PLC0415
+
+    dtype = np.float16 if args.dtype == "fp16" else np.float32
+    spec = lora.spec(dtype, "int8")  # zero defaults: every adapter has the same shapes, as a replay needs
+    base = lora.base_weight(dtype)
+    model = models.qlora(spec, base)
+    options = eps.session_options(cast("eps.EpKind", ep))
+    options.enable_mem_pattern = False  # a replay reuses the buffers of its capture
+    provider_options = {"enableGraphCapture": "1"} if args.capture else None
+    session = eps.make_session(model, cast("eps.EpKind", ep), options=options, provider_options=provider_options)
+    uncaptured = eps.make_session(model, cast("eps.EpKind", ep))
+    x = lora.activations(args.m, dtype)
+    weights = {"a": lora.adapter_weights(spec, seed=1), "b": lora.adapter_weights(spec, seed=2), "off": None}
+    adapters = {name: models.adapter_tensors(spec, w) for name, w in weights.items() if w is not None}
+    adapters["off"] = models.default_adapter(spec)
+    device = "cpu" if ep == "cpu" else "webgpu"
+    try:
+        # Copies: a CPU OrtValue wraps its array, and update_inplace writes into it.
+        values = {name: ort.OrtValue.ortvalue_from_numpy(np.array(v), device, 0) for name, v in adapters["a"].items()}
+        values["X"] = ort.OrtValue.ortvalue_from_numpy(np.array(x), device, 0)
+        values["X"].update_inplace(x)
+        y = ort.OrtValue.ortvalue_from_shape_and_type((args.m, lora.N), dtype, device, 0)
+    except Exception as exc:  # noqa: BLE001 - every refusal is a result to report
+        return "error", f"{NO_DEVICE_VALUES} on {device}: {_first_line(exc)}"
+    binding = session.io_binding()
+    for name, value in values.items():
+        binding.bind_ortvalue_input(name, value)
+    binding.bind_ortvalue_output("Y", y)
+    for step, name in enumerate(CAPTURE_SWITCHES, start=1):
+        for key, array in adapters[name].items():
+            values[key].update_inplace(array)
+        session.run_with_iobinding(binding)
+        got = np.asarray(binding.copy_outputs_to_cpu()[0])
+        (want,) = uncaptured.run(None, {"X": x, **adapters[name]})
+        try:
+            reference.assert_close(got, np.asarray(want).astype(np.float64), dtype=dtype)
+            reference.assert_close(got, reference.qlora(x, base, weights[name]), dtype=dtype)
+        except AssertionError as exc:
+            return "mismatch", f"run {step} (adapter {name}): {exc}"
+    runs = " -> ".join(CAPTURE_SWITCHES)
+    return "ok", f"{'captured, then replayed' if args.capture else 'uncaptured'}: {runs} followed every switch"
+
+
 def _qk_norm(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
     """PagedAttention with per-head Q/K RMSNorm weights against the reference (output and caches)."""
     from wheel_tests import eps, paged  # noqa: PLC0415
@@ -166,6 +221,7 @@ PROBES: dict[str, Callable[[str, argparse.Namespace], tuple[Outcome, str]]] = {
     "empty-weight": _empty_weight,
     "matmul-nbits": _matmul_nbits,
     "paged-attention": _paged_attention,
+    "qlora-capture": _qlora_capture,
     "qlora-empty-defaults": _qlora_empty_defaults,
     "qk-norm": _qk_norm,
 }
@@ -179,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bits", type=int, choices=[4, 8], default=4)
     parser.add_argument("--bias", action="store_true")
     parser.add_argument("--m", type=int, default=1)
+    parser.add_argument("--capture", action="store_true", help="WebGPU graph capture on")
     args = parser.parse_args(argv)
     try:
         outcome, detail = PROBES[args.probe](args.ep, args)

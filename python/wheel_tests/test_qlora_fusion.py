@@ -1,8 +1,11 @@
 """MatMulNBitsQLoRA fusion of the raw INT8-adapter pattern, where the wheel has the operator.
 
-With the operator: the optimized graph holds it, fused equals unfused, and every
-``session.webgpu.lora_fusion_mode`` agrees, for decode and prefill, empty and partial adapters.
-Without it: the optimized graph keeps the raw pattern, which still computes the right numbers.
+With the operator: the optimized graph holds it, fused equals unfused (the same wheel with
+``disabled_optimizers=["MatMulNBitsQLoRAFusion"]``, and at basic optimization), and every
+``session.webgpu.lora_fusion_mode`` agrees, for decode and prefill, 2-D X and batches, empty and
+partial adapters; ``auto`` picks its kernel from X's rows per matrix, not from the batch. Without
+it: the optimized graph keeps the raw pattern, which still computes the right numbers. Graph capture
+replays must follow an adapter switch (in a child process: capture may crash a wheel).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pytest
 
 from wheel_tests import capabilities, eps, lora, models, reference
 from wheel_tests.capabilities import assert_refused
+from wheel_tests.probes import NO_DEVICE_VALUES, run_probe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -23,16 +27,25 @@ if TYPE_CHECKING:
 
 MODES = ("auto", "fuse_up", "fuse_down")
 MODE_KEY = "session.webgpu.lora_fusion_mode"
+FUSION = "MatMulNBitsQLoRAFusion"
+BATCH = 3
+ALL = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 
 
 def _session(
-    ep: eps.EpKind, model: bytes, *, level: ort.GraphOptimizationLevel, dump: Path | None = None, mode: str = ""
+    ep: eps.EpKind,
+    model: bytes,
+    *,
+    level: ort.GraphOptimizationLevel,
+    dump: Path | None = None,
+    mode: str = "",
+    disabled: tuple[str, ...] = (),
 ) -> ort.InferenceSession:
     options = eps.session_options(ep, {MODE_KEY: mode} if mode else None)
     options.graph_optimization_level = level
     if dump is not None:
         options.optimized_model_filepath = str(dump)
-    return eps.make_session(model, ep, options=options)
+    return eps.make_session(model, ep, options=options, disabled_optimizers=disabled)
 
 
 def _op_types(path: Path) -> list[str]:
@@ -43,12 +56,19 @@ def _defaults(ep: eps.EpKind) -> models.Defaults:
     return "empty" if capabilities.empty_weight_probe(ep).outcome == "ok" else "zeros"
 
 
+@pytest.mark.parametrize("batch", [None, BATCH], ids=["2d", f"batch{BATCH}"])
 @pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
 @pytest.mark.parametrize("dtype", [pytest.param(np.float32, id="fp32"), pytest.param(np.float16, id="fp16")])
 def test_qlora_fusion(
-    ep: eps.EpKind, dtype: type[np.floating], m: int, tmp_path: Path, record_baseline: Callable[[str], None]
+    ep: eps.EpKind,
+    dtype: type[np.floating],
+    m: int,
+    *,
+    batch: int | None,
+    tmp_path: Path,
+    record_baseline: Callable[[str], None],
 ) -> None:
-    spec = lora.spec(dtype, "int8", defaults=_defaults(ep))
+    spec = lora.spec(dtype, "int8", defaults=_defaults(ep), batched=batch is not None)
     base = lora.base_weight(dtype)
     model = models.qlora(spec, base)
     fusion_expected = (capabilities.has_qlora_schema() or capabilities.claimed("qlora")) and ep != "cpu"
@@ -58,19 +78,23 @@ def test_qlora_fusion(
         assert_refused(lambda: _session(ep, model, level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC), absent)
         record_baseline(f"no INT8 QLoRA pattern to fuse: 8-bit MatMulNBits absent on {ep}: {absent}")
         return
-    x = lora.activations(m, dtype)
+    x = lora.activations(m, dtype, batch)
     weights = lora.adapter_weights(spec, seed=3)
     tensors = models.adapter_tensors(spec, weights)
-    full = lora.write_adapter(tmp_path / "full.onnx_adapter", tensors)
-    # Partial: only the down projection is replaced; the zero/empty up default keeps it a no-op.
-    partial_tensors = {k: v for k, v in tensors.items() if k.startswith("lora_down")}
-    partial = (
-        lora.write_adapter(tmp_path / "partial.onnx_adapter", partial_tensors) if spec.defaults == "zeros" else None
-    )
-    expected = {"off": reference.qlora(x, base, None), "full": reference.qlora(x, base, weights)}
+    adapters: dict[str, ort.LoraAdapter | None] = {
+        "off": None,
+        "full": lora.write_adapter(tmp_path / "full.onnx_adapter", tensors),
+    }
+    # Partial adapters: only the down, or only the up projection replaced. The zero or empty default
+    # of the other side keeps the update zero; the fused operator runs the base alone.
+    for side in ("down", "up"):
+        part = {k: v for k, v in tensors.items() if k.startswith(f"lora_{side}")}
+        adapters[side] = lora.write_adapter(tmp_path / f"{side}.onnx_adapter", part)
+    off = reference.qlora(x, base, None)
+    expected = {"off": off, "full": reference.qlora(x, base, weights), "down": off, "up": off}
 
     dump = tmp_path / "optimized.onnx"
-    fused = _session(ep, model, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, dump=dump)
+    fused = _session(ep, model, level=ALL, dump=dump)
     ops = _op_types(dump)
     if not fusion_expected:
         assert capabilities.QLORA_OP not in ops, ops
@@ -81,19 +105,53 @@ def test_qlora_fusion(
         assert capabilities.QLORA_OP in ops, ops
         assert "MatMulNBits" not in ops, ops
 
-    unfused = _session(ep, model, level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
-    sessions = {"default": fused, "unfused": unfused}
+    # The unfused reference on the same wheel: every optimizer but the fusion.
+    raw_dump = tmp_path / "raw.onnx"
+    unfused = _session(ep, model, level=ALL, dump=raw_dump, disabled=(FUSION,))
+    raw_ops = _op_types(raw_dump)
+    assert capabilities.QLORA_OP not in raw_ops, raw_ops
+    assert raw_ops.count("MatMulNBits") == 3, raw_ops
+    basic = _session(ep, model, level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    sessions = {"default": fused, "unfused": unfused, "basic": basic}
     if fusion_expected:
-        sessions |= {
-            mode: _session(ep, model, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, mode=mode) for mode in MODES
-        }
-    adapters: dict[str, ort.LoraAdapter | None] = {"off": None, "full": full}
-    if partial is not None:
-        adapters["partial"] = partial
-        expected["partial"] = expected["off"]
-    for state in ("off", "full", "off", *(["partial"] if partial is not None else [])):
+        sessions |= {mode: _session(ep, model, level=ALL, mode=mode) for mode in MODES}
+    for state in ("off", "full", "off", "down", "full", "up"):
         outputs = {name: lora.run(s, x, adapters[state]) for name, s in sessions.items()}
         for name, y in outputs.items():
             reference.assert_close(y, expected[state], dtype=dtype)
             reference.assert_close(y, outputs["unfused"].astype(np.float64), dtype=dtype)
-            assert y.shape == (m, lora.N), name
+            assert y.shape == (*x.shape[:-1], lora.N), name
+        if fusion_expected:
+            # auto runs fuse_down for one row per matrix (decode, whatever the batch), else fuse_up:
+            # the same dispatches, so the same bits.
+            chosen = "fuse_down" if m == 1 else "fuse_up"
+            np.testing.assert_array_equal(outputs["auto"], outputs[chosen], err_msg=f"auto vs {chosen} ({state})")
+
+
+@pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_capture_replay_follows_adapter_switch(
+    ep: eps.EpKind, dtype: str, m: int, record_baseline: Callable[[str], None]
+) -> None:
+    """Buffers bound once, adapter inputs switched in place A, B, off, A: on WebGPU with graph capture on
+    (every run after the first a replay), on the CPU EP uncaptured. Each run equals an uncaptured session.
+
+    A wheel whose Python API cannot place OrtValues on the device has no way to feed a replay; that,
+    and a capture refusal of a wheel without the fused operator, are recorded. Wrong numbers fail.
+    """
+    capture = ep != "cpu"
+    result = run_probe(
+        "qlora-capture", "--ep", ep, "--dtype", dtype, "--m", str(m), *(["--capture"] if capture else [])
+    )
+    assert result.outcome in {"ok", "error"}, result.describe()
+    if result.outcome == "ok":
+        return
+    int8_absent = capabilities.absent_because(capabilities.matmul_nbits_probe(ep, 8, dtype))
+    if int8_absent is not None:
+        record_baseline(f"no INT8 QLoRA pattern to capture: 8-bit MatMulNBits absent on {ep}: {int8_absent}")
+    elif result.detail.startswith(NO_DEVICE_VALUES):
+        record_baseline(f"capture replay not checked: {result.detail}")
+    else:
+        assert not (capture and capabilities.claimed("qlora")), result.describe()
+        assert ep != "cpu", result.describe()
+        record_baseline(f"graph capture refused: {result.detail}")
