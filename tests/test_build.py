@@ -197,6 +197,7 @@ def test_inspect_prints_the_inputs(built: Project, upstream: Upstream, variant: 
         "options_not_read_by_tree": left_out,
         "local_sources": {},
         "installed_dependencies": [],
+        "compiler_cache": {"tool": "", "distributed": False},  # compiler_cache = "none"
     }
     assert not {"onnxruntime_BUILD_UNIT_TESTS", "onnxruntime_WGSL_TEMPLATE"} & set(info["cmake_options"])
 

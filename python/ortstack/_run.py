@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Literal, overload
 
 from ortstack import log
 
+STOP_WHEN_POLL_SECONDS = 2.0
+"""How often a logged command's ``stop_when`` is asked."""
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
 
@@ -45,6 +48,7 @@ def run(
     quiet: bool = ...,
     timeout: float | None = ...,
     log_file: Path | None = ...,
+    stop_when: Callable[[], bool] | None = ...,
 ) -> subprocess.CompletedProcess[None]: ...
 
 
@@ -71,18 +75,20 @@ def run(
     quiet: bool = False,
     timeout: float | None = None,
     log_file: Path | None = None,
+    stop_when: Callable[[], bool] | None = None,
 ) -> subprocess.CompletedProcess[str] | subprocess.CompletedProcess[None]:
     """Run ``argv`` without a shell.
 
     ``capture=True`` returns text stdout/stderr; otherwise output streams to the terminal, and with
-    ``log_file`` also (stdout and stderr together) into that file.
+    ``log_file`` also (stdout and stderr together) into that file; then ``stop_when`` is asked every
+    few seconds, and when it says so the command is stopped (and counts as failed).
     ``CalledProcessError`` propagates: callers turn it into the error of their stage.
     """
     args = _resolve(argv, env)
     if not quiet:
         log.command(shlex.join([os.fspath(a) for a in argv]), cwd=cwd)
     if log_file is not None and not capture:
-        return _run_logged(args, cwd=cwd, env=env, check=check, quiet=quiet, log_file=log_file)
+        return _run_logged(args, cwd=cwd, env=env, check=check, quiet=quiet, log_file=log_file, stop_when=stop_when)
     return subprocess.run(  # noqa: S603 - argv list, no shell
         args,
         cwd=cwd,
@@ -95,7 +101,14 @@ def run(
 
 
 def _run_logged(
-    args: list[str], *, cwd: Path | None, env: Mapping[str, str] | None, check: bool, quiet: bool, log_file: Path
+    args: list[str],
+    *,
+    cwd: Path | None,
+    env: Mapping[str, str] | None,
+    check: bool,
+    quiet: bool,
+    log_file: Path,
+    stop_when: Callable[[], bool] | None,
 ) -> subprocess.CompletedProcess[None]:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -126,7 +139,7 @@ def _run_logged(
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
         try:
-            returncode = process.wait()
+            returncode = _wait(process, stop_when)
         except BaseException:  # Ctrl-C or SIGTERM: stop the command rather than wait an hour for it
             _stop(process)
             raise
@@ -134,6 +147,18 @@ def _run_logged(
     if check and returncode:
         raise subprocess.CalledProcessError(returncode, args)
     return subprocess.CompletedProcess(args, returncode)
+
+
+def _wait(process: subprocess.Popen[str], stop_when: Callable[[], bool] | None) -> int:
+    """The command's exit code; stopped early (a failure) once ``stop_when`` says so."""
+    while stop_when is not None:
+        try:
+            return process.wait(timeout=STOP_WHEN_POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            if stop_when():
+                _stop(process)
+                return process.returncode or 1
+    return process.wait()
 
 
 def _stop(process: subprocess.Popen[str]) -> None:

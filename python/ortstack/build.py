@@ -38,6 +38,7 @@ from ortstack import (
     log,
     ort_tree,
     prepare,
+    sccache_dist,
     series,
     toolchain,
     variants,
@@ -66,6 +67,10 @@ class BuildRequest:
     """Let ORT download Dawn and Dawn clone its third-party sources during configure (needs network)."""
     dep_sources: dict[str, Path] = dataclasses.field(default_factory=dict)
     """Local source dirs by deps.txt name (``--dep-source``); they win over ``[deps.NAME]``."""
+    sccache_scheduler: str | None = None
+    """An sccache-dist scheduler URL from the command line (over env and stack.toml)."""
+    sccache_local_fallback: bool | None = None
+    """Allow (or forbid) compiling here when the scheduler cannot take compiles; ``None``: env, stack.toml."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,9 +219,14 @@ def plan_rows(settings: Settings, stack: Stack, variant: Variant, request: Build
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
     """Build ``variant``'s wheel into dist/, or return the wheels there when nothing changed."""
     tools = toolchain.detect(stack.build, settings.env)  # before anything is touched
+    scheduler = sccache_dist.resolve(
+        stack.build, settings.env, url=request.sccache_scheduler, local_fallback=request.sccache_local_fallback
+    )
+    if scheduler is not None:
+        sccache_dist.check_toolchain(tools)
     build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
     with prepare.locked(build_dir, wait=settings.wait_for_lock, what="building in"):
-        return _build(settings, stack, variant, request, tools=tools, build_dir=build_dir)
+        return _build(settings, stack, variant, request, tools=tools, build_dir=build_dir, scheduler=scheduler)
 
 
 def _build(
@@ -227,6 +237,7 @@ def _build(
     *,
     tools: toolchain.Toolchain,
     build_dir: Path,
+    scheduler: sccache_dist.Scheduler | None,
 ) -> BuildResult:
     start = datetime.now(UTC)
     platform = series.host_platform()
@@ -302,6 +313,8 @@ def _build(
         deps.link_tree_mirror(list(sources.from_mirror), mirror, tree)
     if dawn_tree is not None:
         dawn_tree.ensure(fetch.cache_for(settings), settings.env)
+    log_file = settings.work_dir / "logs" / f"build-{variant.name}.log"
+    env, distributed = _compile_env(settings, tools, scheduler, tree, log_file)
     info = BuildInfo(
         ort_version=ort_version,
         ort_commit=stack.ort.commit,
@@ -322,6 +335,7 @@ def _build(
             "options_not_read_by_tree": list(tree_plan.left_out),
             "local_sources": {source.name: source.pin for source in sources.local},
             "installed_dependencies": list(sources.installed),
+            "compiler_cache": {"tool": tools.cache, "distributed": distributed is not None and distributed.remote},
         },
     )
     staging = settings.work_dir / "project" / variant.name
@@ -346,11 +360,8 @@ def _build(
         "ORTSTACK_JOBS": str(jobs),
         "ORTSTACK_WARNINGS_AS_ERRORS": "ON" if stack.build.warnings_as_errors else "OFF",
     }
-    log_file = settings.work_dir / "logs" / f"build-{variant.name}.log"
     touch_changed_files(tree, build_dir, settings.env)
     log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
-    env = {**settings.env, **tools.cache_env, **wgsl.build_env(tree, settings)}
-    toolchain.start_cache_server(tools, env, log_file.with_name("sccache-server.log"))
     landed = _compile(
         settings,
         variant=variant,
@@ -360,11 +371,28 @@ def _build(
         defines=defines,
         env=env,
         log_file=log_file,
+        distributed=distributed,
     )
     stamp = {"fingerprint": fingerprint, "wheels": {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in landed}}
     wheel.write_if_changed(build_dir / STAMP, json.dumps(stamp, indent=2).encode())
     seconds = (datetime.now(UTC) - start).total_seconds()
     return BuildResult(variant=variant.name, wheels=tuple(landed), up_to_date=False, seconds=seconds, log_file=log_file)
+
+
+def _compile_env(
+    settings: Settings,
+    tools: toolchain.Toolchain,
+    scheduler: sccache_dist.Scheduler | None,
+    tree: Path,
+    log_file: Path,
+) -> tuple[dict[str, str], sccache_dist.DistributedBuild | None]:
+    """The compile's environment, with the cache server running; through ``scheduler``, checked first."""
+    env = {**settings.env, **tools.cache_env, **wgsl.build_env(tree, settings)}
+    if scheduler is None:
+        toolchain.start_cache_server(tools, env, log_file.with_name("sccache-server.log"))
+        return env, None
+    distributed, dist_env = sccache_dist.prepare(tools, scheduler, env, settings.work_dir)
+    return {**env, **dist_env}, distributed
 
 
 def _compile(
@@ -377,6 +405,7 @@ def _compile(
     defines: dict[str, str],
     env: dict[str, str],
     log_file: Path,
+    distributed: sccache_dist.DistributedBuild | None,
 ) -> list[Path]:
     """Build the staging project's wheel into a temporary folder; dist/ changes only if all went well."""
     with tempfile.TemporaryDirectory(prefix=f"ortstack-{variant.name}-", dir=settings.work_dir) as tmp:
@@ -387,8 +416,11 @@ def _compile(
         argv += [f"--config-setting=cmake.define.{k}={v}" for k, v in defines.items()]
         try:
             # Unbuffered, so the log and the terminal follow the compile as it runs, not when it ends.
-            _run.run(argv, env={**env, "PYTHONUNBUFFERED": "1"}, log_file=log_file)
+            stop_when = distributed.should_stop if distributed is not None else None
+            _run.run(argv, env={**env, "PYTHONUNBUFFERED": "1"}, log_file=log_file, stop_when=stop_when)
         except subprocess.CalledProcessError:
+            if distributed is not None and distributed.stop_reason is not None:
+                raise distributed.stop_reason from None
             msg = f"building variant {variant.name!r} failed: {_last_compiler_error(log_file)}"
             raise BuildError(msg, tip=f"full log: {log_file}; wheels already in dist/ are untouched") from None
         built = sorted(raw_dir.glob("*.whl"))
@@ -397,6 +429,8 @@ def _compile(
             raise BuildError(msg)
         wheel.check_contents(built[0], plan)
         repaired = wheel.repair(built[0], repaired_dir, env)
+        if distributed is not None:
+            distributed.finish()  # before dist/ changes: compiles that fell back fail the build here
         return wheel.replace_in_dist([repaired], settings.dist_dir, plan.name)
 
 

@@ -137,6 +137,15 @@ class BuildOptions:
     """A shared sccache backend: Redis URL (``redis://host:6379``); env ``SCCACHE_REDIS_ENDPOINT`` wins."""
     sccache_bucket: str = ""
     """A shared sccache backend: ``s3://bucket`` or ``gs://bucket``; env ``SCCACHE_BUCKET`` wins."""
+    sccache_scheduler: str = ""
+    """An sccache-dist scheduler (``http://host:10600``): compiles run on its build servers (needs sccache);
+    env ``ORTSTACK_SCCACHE_SCHEDULER`` and ``ortstack build --sccache-scheduler`` win."""
+    sccache_scheduler_token: str = ""
+    """The client token that scheduler expects (its ``client_auth``); env ``ORTSTACK_SCCACHE_SCHEDULER_TOKEN``
+    wins and keeps a secret out of this file."""
+    sccache_local_fallback: bool = False
+    """Compile on this machine when the scheduler cannot take the compiles (ortstack says so); off, the
+    build stops. Env ``ORTSTACK_SCCACHE_LOCAL_FALLBACK``, ``--sccache-local-fallback`` win."""
     jobs: int = 0
     """Parallel compile jobs; 0 picks cores, capped by memory (``memory_per_job_mb``)."""
     memory_per_job_mb: int = 2048

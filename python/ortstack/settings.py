@@ -44,7 +44,8 @@ class Settings:
         return self.stack_file.parent
 
 
-def _truthy(value: str, name: str) -> bool:
+def truthy(value: str, name: str) -> bool:
+    """An ``ORTSTACK_*`` switch: 1/true/yes/on or 0/false/no/off (empty is off)."""
     lowered = value.strip().lower()
     if lowered in {"1", "true", "yes", "on"}:
         return True
@@ -79,7 +80,7 @@ def resolve(
         cache_dir=pick(cache_dir, "ORTSTACK_CACHE_DIR", Path(platformdirs.user_cache_dir("ortstack"))),
         work_dir=pick(work_dir, "ORTSTACK_WORK_DIR", stack.parent / "build"),
         dist_dir=pick(dist_dir, "ORTSTACK_DIST_DIR", stack.parent / "dist"),
-        locked=locked if locked is not None else _truthy(env.get("ORTSTACK_LOCKED", ""), "ORTSTACK_LOCKED"),
+        locked=locked if locked is not None else truthy(env.get("ORTSTACK_LOCKED", ""), "ORTSTACK_LOCKED"),
         wait_for_lock=wait_for_lock if wait_for_lock is not None else True,
         env=dict(env),
     )

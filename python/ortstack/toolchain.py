@@ -235,7 +235,8 @@ def parallel_jobs(options: BuildOptions, requested: int | None = None) -> int:
 
 
 def sccache_stats(toolchain: Toolchain, env: Mapping[str, str]) -> dict[str, int]:
-    """Compile requests, hits, misses and errors from the running sccache server."""
+    """Compile requests, hits, misses and errors from the running sccache server; with a scheduler, also
+    the compiles run (``compilations``), those its build servers ran and those that fell back to here."""
     argv = [toolchain.cache_program, "--show-stats", "--stats-format=json"]
     stats = json.loads(_run.run(argv, env=env, capture=True, quiet=True).stdout)["stats"]
 
@@ -247,4 +248,7 @@ def sccache_stats(toolchain: Toolchain, env: Mapping[str, str]) -> dict[str, int
         "hits": total("cache_hits"),
         "misses": total("cache_misses"),
         "errors": total("cache_errors"),
+        "compilations": int(stats.get("compilations", 0)),
+        "distributed": sum(int(v) for v in (stats.get("dist_compiles") or {}).values()),
+        "fell_back": int(stats.get("dist_errors", 0)),
     }

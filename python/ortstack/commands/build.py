@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortstack import build, config, dep_sources, log
 
 if TYPE_CHECKING:
-    import argparse
-
     from ortstack.settings import Settings
 
 HELP = (
@@ -45,6 +44,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=PATH",
         help="take the deps.txt entry NAME from a local source dir (repeatable; wins over [deps.NAME])",
     )
+    parser.add_argument(
+        "--sccache-scheduler",
+        metavar="URL",
+        help="compile on the build servers of this sccache-dist scheduler (env ORTSTACK_SCCACHE_SCHEDULER; "
+        "its token: env ORTSTACK_SCCACHE_SCHEDULER_TOKEN)",
+    )
+    parser.add_argument(
+        "--sccache-local-fallback",
+        action=argparse.BooleanOptionalAction,
+        help="compile here when the scheduler cannot take compiles, instead of stopping (env "
+        "ORTSTACK_SCCACHE_LOCAL_FALLBACK)",
+    )
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
@@ -54,6 +65,8 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         jobs=args.parallel,
         build_dir=args.build_dir,
         allow_dawn_fetch=args.allow_dawn_fetch,
+        sccache_scheduler=args.sccache_scheduler,
+        sccache_local_fallback=args.sccache_local_fallback,
         dep_sources=dep_sources.parse_cli(args.dep_source),
     )
     if args.plan:
