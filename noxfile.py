@@ -59,7 +59,7 @@ def build(session: nox.Session) -> None:
 
 @nox.session(name="bench-orchestrator", default=False, tags=["bench"])
 def bench_orchestrator(session: nox.Session) -> None:
-    """Time cold, no-op, one-patch and warm-cache builds of the miniature upstream (sccache + redis-server)."""
+    """Time cold, no-op, one-patch, warm-cache and build-server builds of the miniature upstream (sccache, redis)."""
     _install_ortstack(session, "build")
     session.install("sccache")
     session.run("python", "tests/bench_build.py", *session.posargs)

@@ -123,7 +123,7 @@ def client_config(scheduler: Scheduler, env: Mapping[str, str]) -> str:
 
 
 def _dist_status(tools: toolchain.Toolchain, env: Mapping[str, str]) -> tuple[str, str, int]:
-    """What the running sccache server says of its scheduler: (state, url or message, build servers)."""
+    """What the running sccache server says of its scheduler: (state, its URL or why not, build servers)."""
     argv = [tools.cache_program, "--dist-status"]
     result = _run.run(argv, env=env, capture=True, quiet=True, check=False, timeout=60)
     try:
@@ -134,8 +134,7 @@ def _dist_status(tools: toolchain.Toolchain, env: Mapping[str, str]) -> tuple[st
         url, info = status["SchedulerStatus"]
         return "SchedulerStatus", str(url), int(info.get("num_servers", 0))
     if isinstance(status, dict) and "NotConnected" in status:
-        url, message = status["NotConnected"]
-        return "NotConnected", f"{url}: {message}", 0
+        return "NotConnected", str(status["NotConnected"][1]), 0
     return "Disabled", json.dumps(status), 0
 
 
@@ -179,7 +178,7 @@ class DistributedBuild:
             self._start_server()
             state, detail, servers = _dist_status(self.tools, self.env)
         if state == "NotConnected":
-            return f"sccache scheduler {self.scheduler.url} cannot be reached ({detail})"
+            return f"sccache scheduler {self.scheduler.url} cannot be reached (sccache: {detail})"
         if state != "SchedulerStatus" or not _same_url(detail, self.scheduler.url):
             msg = f"the sccache server does not use the scheduler {self.scheduler.url}: it reports {detail}"
             raise BuildError(msg, tip="stop it (`sccache --stop-server`), then run again")
