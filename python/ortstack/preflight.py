@@ -1,8 +1,9 @@
 """What `nox -s test` needs from the machine, checked in seconds before anything is installed or run.
 
 The orchestrator's own tests build the miniature upstream with real tools and run a real Redis
-server; the wheel suites' WebGPU lanes need a Vulkan driver (see ``ortstack.vulkan``). Each missing
-piece is named at once, with the one command that installs them all on Debian and Ubuntu.
+server and a real sccache-dist build server (bubblewrap); the wheel suites' WebGPU lanes need a
+Vulkan driver (see ``ortstack.vulkan``). Each missing piece is named at once, with the one command
+that installs them all on Debian and Ubuntu.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ TEST_TOOLS = {
     "ninja": "ninja-build",
     "c++": "g++",
     "redis-server": "redis-server",
+    "bwrap": "bubblewrap",  # the sandbox of the distributed-compile test's sccache-dist build server
 }
 INSTALL_TIP = (
     "sudo bash ci/install-system-deps.sh installs them and Mesa's lavapipe (Debian, Ubuntu); "
