@@ -119,7 +119,7 @@ def test_status_rows_show_each_state(
     ]
     stack = project.write(entries, commit=new_base)
     lock = Lock.load(project.stack_file.with_suffix(".lock"))
-    before = patch_status.rows(stack, lock, tmp_path / "work", "linux")
+    before = patch_status.rows(stack, lock, tmp_path / "work", "linux", base_env)
     assert [row[2:4] for row in before] == [
         ["vendored", "not applied yet (run ortstack patch)"],
         ["vendored", "not applied yet (run ortstack patch)"],
@@ -138,7 +138,7 @@ def test_status_rows_show_each_state(
         platform="linux",
         env=base_env,
     )
-    after = patch_status.rows(stack, lock, tmp_path / "work", "linux")
+    after = patch_status.rows(stack, lock, tmp_path / "work", "linux", base_env)
     assert [row[3:5] for row in after] == [
         ["applies", "-"],
         ["UPSTREAMED: drop it", "-"],

@@ -98,10 +98,12 @@ def git(
             return _run.run(_argv(args), cwd=cwd, env=env, capture=True, check=check, quiet=True)
         return _run.run(_argv(args), cwd=cwd, env=env, check=check)
     except subprocess.CalledProcessError as exc:
-        said = (exc.stderr or "").strip().splitlines()
-        reason = said[-1] if said else f"exit status {exc.returncode}"
+        # git says why on stderr, some commands (commit: "nothing to commit") on stdout.
+        said = [line.strip() for line in f"{exc.stderr or ''}\n{exc.stdout or ''}".splitlines() if line.strip()]
+        reason = said[0] if said else f"exit status {exc.returncode}"
         msg = f"git {' '.join(args)} failed: {reason}"
-        raise error(msg, tip="check the repository URL and the network" if error is not PatchError else None) from None
+        tip = "check the repository URL and the network" if error is not PatchError else None
+        raise error(msg, tip=tip, detail=f"{exc.stderr or ''}{exc.stdout or ''}") from None
 
 
 def out(args: Sequence[str], *, cwd: Path, env: Mapping[str, str], error: type[OrtstackError] = PatchError) -> str:

@@ -151,7 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OrtstackError as exc:
         if debug:
             traceback.print_exc()
-        log.error(exc.message, exc.tip)
+        for problem in exc.problems():
+            if debug and problem.detail:
+                sys.stderr.write(problem.detail.rstrip("\n") + "\n")
+            log.error(problem.message, problem.tip)
         return exc.exit_code
     except KeyboardInterrupt:
         log.error("interrupted", _RESUME_TIP)

@@ -29,10 +29,16 @@ class OrtstackError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, tip: str | None = None) -> None:
+    def __init__(self, message: str, *, tip: str | None = None, detail: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.tip = tip
+        # A tool's own words (git's, tarfile's), summarised in ``message``; shown with --debug-traceback.
+        self.detail = detail
+
+    def problems(self) -> tuple[OrtstackError, ...]:
+        """The errors to report: this one, or each of several found at once."""
+        return (self,)
 
     def __str__(self) -> str:
         return self.message
@@ -54,6 +60,17 @@ class ConfigError(OrtstackError):
     exit_code = 3
 
 
+class ConfigErrors(ConfigError):
+    """Several problems found in one file, each reported on its own line."""
+
+    def __init__(self, problems: tuple[ConfigError, ...]) -> None:
+        super().__init__(problems[0].message, tip=problems[0].tip)
+        self._problems = problems
+
+    def problems(self) -> tuple[OrtstackError, ...]:
+        return self._problems
+
+
 class FetchError(OrtstackError):
     """A source could not be fetched or failed verification."""
 
@@ -72,6 +89,10 @@ class PatchError(OrtstackError):
     """A patch could not be checked, applied, guarded, refreshed or exported."""
 
     exit_code = 5
+
+
+class UnsafePatchError(PatchError):
+    """A patch names a path outside the tree or in ``.git``, or makes a link that leads out of it."""
 
 
 class BuildError(OrtstackError):

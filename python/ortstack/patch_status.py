@@ -14,6 +14,7 @@ from ortstack.lockfile import Lock
 from ortstack.status import Section
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from ortstack.config import PatchEntry, Stack
@@ -42,7 +43,7 @@ def _origin(entry: PatchEntry, lock: Lock) -> str:
     return "local"
 
 
-def _vendored(stack: Stack, entry: PatchEntry, lock: Lock) -> str:
+def _vendored(stack: Stack, entry: PatchEntry, lock: Lock, env: Mapping[str, str]) -> str:
     if entry.mode == "in-base":
         return "-"
     if not series.is_vendored(stack, entry):
@@ -50,7 +51,7 @@ def _vendored(stack: Stack, entry: PatchEntry, lock: Lock) -> str:
     try:
         if series.expected_sha256(entry, lock) is None:
             return "vendored (sha256 not pinned)"
-        series.verify(stack, entry, lock)
+        series.verify(stack, entry, lock, env)
     except PatchError as exc:
         return f"BROKEN: {exc.message}"
     return "vendored"
@@ -93,7 +94,7 @@ def _after(stack: Stack, failed_id: str, entry: PatchEntry) -> bool:
     return ids.index(entry.id) > ids.index(failed_id)
 
 
-def rows(stack: Stack, lock: Lock, work_dir: Path, platform: str) -> list[list[str]]:
+def rows(stack: Stack, lock: Lock, work_dir: Path, platform: str, env: Mapping[str, str]) -> list[list[str]]:
     """One row per entry: id, origin, vendored, state on ``platform``, guard, platforms."""
     state, failure = _last_run(stack, work_dir, platform)
     table: list[list[str]] = []
@@ -114,7 +115,13 @@ def rows(stack: Stack, lock: Lock, work_dir: Path, platform: str) -> list[list[s
                 result = "not reached (the run stopped earlier)" if stopped_before else "applies"
         tree = state.path if state is not None else None
         platforms = ", ".join(entry.platforms) or "all"
-        row = [entry.id, _origin(entry, lock), _vendored(stack, entry, lock), result, _guard(entry, tree, platform)]
+        row = [
+            entry.id,
+            _origin(entry, lock),
+            _vendored(stack, entry, lock, env),
+            result,
+            _guard(entry, tree, platform),
+        ]
         table.append([*row, platforms])
     return table
 
@@ -145,4 +152,6 @@ def section(context: StatusContext) -> Section | None:
     if failure is not None:
         notes += (f"the last `ortstack patch` stopped: {failure['message']}",)
     title = f"patch series ({len(stack.patches)} entries, pin {stack.ort.commit[:12]})"
-    return Section(title=title, columns=columns, rows=rows(stack, lock, settings.work_dir, platform), notes=notes)
+    return Section(
+        title=title, columns=columns, rows=rows(stack, lock, settings.work_dir, platform, settings.env), notes=notes
+    )

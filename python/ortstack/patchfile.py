@@ -17,29 +17,33 @@ as its last paragraph, so a patch applied as a commit and exported again keeps i
     ---
     diff --git a/... b/...
 
-The diff is validated (hunk headers, hunk lengths, paths and links that stay inside the tree) before any
-patch is applied.
+The diff is validated (exact hunk headers, hunk lengths, paths inside the tree as git reads them) before
+any patch is applied; links are checked in the tree git wrote (``patchpaths``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import posixpath
 import re
 from dataclasses import dataclass, field, replace
-from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchSet
 
+from ortstack import patchpaths
 from ortstack.errors import PatchError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # The DEP-3 fields ortstack writes, in this order; other fields found in a header are kept after them.
 DEP3_FIELDS = ("Origin", "Bug", "Forwarded", "Applied-Upstream", "Last-Update")
 NO_COMMIT = "0" * 40
 _MBOX_FROM = re.compile(r"^From ([0-9a-f]{40}) Mon Sep 17 00:00:00 2001$")
 _FIELD = re.compile(r"^([A-Z][A-Za-z0-9-]*): ?(.*)$")
-_HUNK_HEADER = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
+# Exactly git's form: "@@ -l[,n] +l[,n] @@", then nothing or a space and the section heading.
+_HUNK_HEADER = re.compile(r"@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@(?: .*)?")
 _PATCH_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
 
 
@@ -142,65 +146,21 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _safe_path(path: str) -> bool:
-    pure = PurePosixPath(path)
-    return (
-        bool(path)
-        and not pure.is_absolute()
-        and ".." not in pure.parts
-        and ".git" not in pure.parts
-        and "\\" not in path
-        and ":" not in pure.parts[0]
-    )
+def validate(patch: PatchFile, name: str, *, text: str, env: Mapping[str, str], tip: str) -> PatchSet:
+    """Reject a diff that is malformed or reaches outside the tree; return its parsed hunks.
 
-
-def _diff_paths(diff: str) -> list[str]:
-    """Every path a git diff names: ``diff --git`` lines, ``---``/``+++`` and renames/copies."""
-    paths: list[str] = []
-    for line in diff.splitlines():
-        if line.startswith("diff --git "):
-            paths.extend(part[2:] if part[:2] in ("a/", "b/") else part for part in line[11:].split(" "))
-        elif line.startswith(("--- ", "+++ ")) and line[4:] != "/dev/null":
-            name = line[4:].split("\t")[0]
-            paths.append(name[2:] if name[:2] in ("a/", "b/") else name)
-        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-            paths.append(line.split(" ", 2)[2])
-    return paths
-
-
-def _added_links(diff: str) -> list[tuple[str, str]]:
-    """(path, target) of every symbolic link (git mode 120000) the diff creates or rewrites."""
-    links: list[tuple[str, str]] = []
-    for section in re.split(r"^(?=diff --git )", diff, flags=re.MULTILINE):
-        if not re.search(r"^new (file )?mode 120000$", section, flags=re.MULTILINE):
-            continue
-        path = re.search(r"^\+\+\+ b/(.+)$", section, flags=re.MULTILINE)
-        target = re.search(r"^\+(?!\+\+ )(.*)$", section, flags=re.MULTILINE)
-        if path and target:
-            links.append((path.group(1), target.group(1)))
-    return links
-
-
-def validate(patch: PatchFile, name: str) -> PatchSet:
-    """Reject a diff that is malformed or reaches outside the tree; return its parsed hunks."""
+    ``text`` is the whole file (git reads it for the paths); ``tip`` says how to fix a corrupt one.
+    """
     for number, line in enumerate(patch.diff.splitlines(), start=1):
-        if line.startswith("@@") and not _HUNK_HEADER.match(line):
-            msg = f"patch {name} is corrupt: broken hunk header at diff line {number}: {line!r}"
-            raise PatchError(msg, tip="vendor the patch again (ortstack refresh-patches) or fix the hunk header")
+        if line.startswith("@@") and not _HUNK_HEADER.fullmatch(line):
+            msg = f"patch {name} is corrupt: broken hunk header at diff line {number}: {line[:80]!r}"
+            raise PatchError(msg, tip=tip)
     try:
         parsed = PatchSet(patch.diff)
     except UnidiffParseError as exc:
-        msg = f"patch {name} is corrupt: {str(exc).strip()}"
-        raise PatchError(msg, tip="vendor the patch again (ortstack refresh-patches) or fix the hunk") from None
-    for path in _diff_paths(patch.diff):
-        if not _safe_path(path):
-            msg = f"patch {name} touches {path!r}, outside the source tree"
-            raise PatchError(msg, tip="a patch may only name relative paths inside the tree")
-    for link, target in _added_links(patch.diff):
-        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(link), target))
-        if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
-            msg = f"patch {name} makes {link!r} a link to {target!r}, outside the source tree"
-            raise PatchError(msg, tip="a patch may only add links that point inside the tree")
+        msg = f"patch {name} is corrupt: {' '.join(str(exc).split())}"
+        raise PatchError(msg, tip=tip) from None
+    patchpaths.check(text, patch.diff, name, env)
     if not len(parsed) and "GIT binary patch" not in patch.diff:
         msg = f"patch {name} changes no file"
         raise PatchError(msg, tip="check that the file holds a git diff")

@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ortstack import _git, diskspace, locks, log, patchfile, series
+from ortstack import _git, diskspace, locks, log, patchfile, patchpaths, series
 from ortstack.cache import remove_tree
-from ortstack.errors import PatchError
+from ortstack.errors import PatchError, UnsafePatchError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -42,8 +42,11 @@ FORMAT = 1
 State = Literal["applied", "upstreamed", "in-base", "skipped"]
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.MULTILINE)
 _FAILED_FILE = re.compile(
-    r"^error: (.+?): (does not exist in index|already exists in index|No such file.*)$", re.MULTILINE
+    r"^error: (.+?): (does not exist in index|already exists in index|does not match index|No such file.*)$",
+    re.MULTILINE,
 )
+_BEYOND_LINK = re.compile(r"^error: affected file '(.+)' is beyond a symbolic link$", re.MULTILINE)
+_INVALID_PATH = re.compile(r"^error: invalid path '(.+)'$", re.MULTILINE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,20 +182,27 @@ def _commit(tree: Path, message: str, env: Mapping[str, str], *, author: str = "
     return _git.out(["rev-parse", "HEAD"], cwd=tree, env=env)
 
 
-def _conflict(patch: series.Verified, check_output: str, conflicted: list[str]) -> PatchError:
-    failures = [
-        (path, patchfile.hunk_at(patch.hunks, path, int(line))) for path, line in _FAILED_AT.findall(check_output)
-    ]
-    failures += [(path, reason) for path, reason in _FAILED_FILE.findall(check_output)]
+def _failures(patch: series.Verified, git_said: str, conflicted: list[str]) -> list[str]:
+    """Each file (and hunk) git could not apply, once, in git's order."""
+    failures = [(path, patchfile.hunk_at(patch.hunks, path, int(line))) for path, line in _FAILED_AT.findall(git_said)]
+    failures += [(path, reason) for path, reason in _FAILED_FILE.findall(git_said)]
+    failures += [(path, "is beyond a symbolic link") for path in _BEYOND_LINK.findall(git_said)]
+    failures += [(path, "git refuses this path") for path in _INVALID_PATH.findall(git_said)]
     if conflicted:
         failures = [f for f in failures if f[0] in conflicted] or [(path, "conflicting hunks") for path in conflicted]
-    where = "; ".join(f"{path}: {hunk}" for path, hunk in failures) or check_output.strip() or "unknown reason"
+    return list(dict.fromkeys(f"{path}: {what}" for path, what in failures))
+
+
+def _conflict(patch: series.Verified, git_said: str, conflicted: list[str]) -> PatchError:
+    failures = _failures(patch, git_said, conflicted)
+    said = [line.removeprefix("error: ") for line in git_said.splitlines() if line.startswith("error: ")]
+    where = "; ".join(failures) or (said[0] if said else "git gave no reason")
     msg = f"patch {patch.name} ({patch.entry.id}) does not apply: {where}"
-    tip = (
-        f"the source moved under the patch: refresh it ({series.REFRESH_COMMAND}), or fix it by hand in a "
-        "prepared tree and run `ortstack patch --export`; the previous prepared tree is untouched"
-    )
-    return PatchError(msg, tip=tip)
+    if _BEYOND_LINK.search(git_said):
+        tip = "a patch may not write through a link in the tree: name the path the link points to instead"
+    else:
+        tip = f"the source moved under the patch: {series.fix_tip(patch.entry)}"
+    return PatchError(msg, tip=tip, detail=git_said)
 
 
 def apply_one(tree: Path, patch: series.Verified, env: Mapping[str, str]) -> Outcome:
@@ -211,6 +221,7 @@ def apply_one(tree: Path, patch: series.Verified, env: Mapping[str, str]) -> Out
             unmerged = _git.out(["diff", "--name-only", "--diff-filter=U"], cwd=tree, env=env).splitlines()
             raise _conflict(patch, check.stderr + merge.stderr, unmerged)
         log.info(f"{patch.name}: applied with a 3-way merge")
+    patchpaths.check_links(tree, patch.name, env)
     if _git.git(["diff", "--cached", "--quiet"], cwd=tree, env=env, capture=True, check=False).returncode == 0:
         return Outcome(id=patch.entry.id, state="upstreamed")
     header = patch.patch.header
@@ -248,7 +259,11 @@ def _build(
             continue
         try:
             outcome = apply_one(tree, by_id[entry.id], env)
+        except UnsafePatchError:
+            raise  # refused, not failed: nothing for status to record
         except PatchError as exc:
+            if target.exists():
+                exc.tip = f"{exc.tip}; the previous prepared tree is untouched"
             raise _failed(target, wanted, entry, "conflicts", exc) from None
         if outcome.state == "upstreamed":
             log.loud(
@@ -307,7 +322,7 @@ def prepare(
     force: bool = False,
 ) -> Prepared:
     """Make ``target`` hold ``source`` with the series applied for ``platform``, reusing it if unchanged."""
-    verified = series.verify_series(stack, lock, platform)
+    verified = series.verify_series(stack, lock, platform, env)
     wanted = fingerprint(stack, {v.entry.id: v.sha256 for v in verified}, platform)
     with locked(target, wait=wait):
         current = read_state(target)

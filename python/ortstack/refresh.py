@@ -185,7 +185,7 @@ def download(
     path = series.patch_path(stack, entry)
     previous = patchfile.split(path.read_text(encoding="utf-8"), path.name) if path.is_file() else None
     text = render(entry, fetched, previous)
-    patchfile.validate(patchfile.split(text, path.name), path.name)
+    patchfile.validate(patchfile.split(text, path.name), path.name, text=text, env=env, tip=series.fix_tip(entry))
     data = text.encode("utf-8")
     write_atomic(path, data)
     return fetched.head, patchfile.sha256_hex(data)

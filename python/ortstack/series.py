@@ -14,6 +14,7 @@ from ortstack import patchfile
 from ortstack.errors import PatchError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from unidiff.patch import PatchSet
@@ -84,7 +85,17 @@ class Verified:
         return self.path.name
 
 
-def verify(stack: Stack, entry: PatchEntry, lock: Lock) -> Verified:
+def fix_tip(entry: PatchEntry) -> str:
+    """How to mend a patch that is corrupt or does not apply: a local one is ours to edit."""
+    if entry.origin.kind == "local":
+        return (
+            f"{entry.id} is a local patch: fix {entry.file} by hand, or redo the change in a prepared tree "
+            "and run `ortstack patch --export`"
+        )
+    return f"vendor {entry.id} again ({REFRESH_COMMAND}), or fix it in a prepared tree and `ortstack patch --export`"
+
+
+def verify(stack: Stack, entry: PatchEntry, lock: Lock, env: Mapping[str, str]) -> Verified:
     """Read ``entry``'s file, check its sha256 (recording it on first use) and parse it."""
     path = patch_path(stack, entry)
     if not path.is_file():
@@ -107,17 +118,17 @@ def verify(stack: Stack, entry: PatchEntry, lock: Lock) -> Verified:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         msg = f"patch {path.name} is not UTF-8 text"
-        raise PatchError(msg, tip="vendor the patch again with refresh-patches") from None
+        raise PatchError(msg, tip=fix_tip(entry)) from None
     parsed = patchfile.split(text, path.name)
-    hunks = patchfile.validate(parsed, path.name)
+    hunks = patchfile.validate(parsed, path.name, text=text, env=env, tip=fix_tip(entry))
     return Verified(entry=entry, path=path, sha256=found, patch=parsed, hunks=hunks)
 
 
-def verify_series(stack: Stack, lock: Lock, platform: str) -> list[Verified]:
+def verify_series(stack: Stack, lock: Lock, platform: str, env: Mapping[str, str]) -> list[Verified]:
     """Verify the entries for ``platform`` (they must be vendored) and every other vendored file:
     a corrupt file is caught on any platform."""
     return [
-        verify(stack, entry, lock)
+        verify(stack, entry, lock, env)
         for entry in stack.patches
         if entry.mode == "apply" and (applies_on(entry, platform) or is_vendored(stack, entry))
     ]
