@@ -60,7 +60,7 @@ class ConfigError(OrtstackError):
     exit_code = 3
 
 
-class ConfigErrors(ConfigError):
+class ConfigProblemsError(ConfigError):
     """Several problems found in one file, each reported on its own line."""
 
     def __init__(self, problems: tuple[ConfigError, ...]) -> None:
