@@ -6,12 +6,17 @@ overwrite an earlier one through a link). While writing, each path is resolved a
 already on disk, so a chain of links that each look harmless cannot lead outside either: tarfile's
 ``data`` filter does this for tar, ``_inside`` for zip. GitHub archives hold one top folder
 (``onnxruntime-<commit>/``); when an archive has exactly one, it is stripped.
+
+What an archive expands to is limited (``Limits``: total bytes and bytes per archive byte, from the
+declared member sizes, checked before anything is written), so a small archive cannot fill the disk.
 """
 
 from __future__ import annotations
 
 import copy
 import errno
+import gzip
+import lzma
 import os
 import posixpath
 import re
@@ -20,17 +25,79 @@ import tarfile
 import zipfile
 import zlib
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
-from ortstack.errors import DiskSpaceError, FetchError, UnsafeArchiveError
+from ortstack.errors import ConfigError, DiskSpaceError, FetchError, UnsafeArchiveError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
     from pathlib import Path
 
 SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar", ".zip")
 _UNSAFE_TIP = "the archive is not a plain source archive; check the URL and where it comes from"
+MIB = 1024**2
+# What the decompressors and readers raise for bytes that are not a whole archive.
+_CORRUPT = (
+    tarfile.ReadError,
+    tarfile.CompressionError,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    gzip.BadGzipFile,
+    zipfile.BadZipFile,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """How far an archive may expand; ORT's tree is about 300 MiB from a 50-100 MiB archive."""
+
+    max_mib: float = 4096.0
+    """Total size of the files (``ORTSTACK_ARCHIVE_MAX_MIB``)."""
+    max_ratio: float = 100.0
+    """Expanded bytes per archive byte (``ORTSTACK_ARCHIVE_MAX_RATIO``); source code compresses 5-10 times."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Limits:
+        values = {}
+        for name, key in (("max_mib", "ORTSTACK_ARCHIVE_MAX_MIB"), ("max_ratio", "ORTSTACK_ARCHIVE_MAX_RATIO")):
+            raw = env.get(key, "").strip()
+            if not raw:
+                continue
+            try:
+                values[name] = float(raw)
+            except ValueError:
+                values[name] = -1.0
+            if not values[name] > 0:
+                msg = f"{key}={raw!r} is not a positive number"
+                raise ConfigError(msg, tip=f"set {key} to a number above 0, or unset it for the default")
+        return cls(**values)
+
+
+@dataclass(kw_only=True)
+class _Tally:
+    """Declared bytes so far, against the limits for an archive of ``size`` bytes."""
+
+    label: str
+    size: int
+    limits: Limits
+    total: int = 0
+
+    def add(self, name: str, size: int) -> None:
+        self.total += size
+        if self.total > self.limits.max_mib * MIB:
+            msg = f"{self.label} expands to more than {self.limits.max_mib:g} MiB (reached at {name!r})"
+            tip = "check archive_url; for a larger tree raise ORTSTACK_ARCHIVE_MAX_MIB"
+            raise UnsafeArchiveError(msg, tip=tip)
+        if self.total > self.limits.max_ratio * max(self.size, 1):
+            msg = (
+                f"{self.label} expands to more than {self.limits.max_ratio:g} times its "
+                f"{self.size / MIB:.1f} MiB (reached at {name!r}): a compression bomb, not a source archive"
+            )
+            tip = "check archive_url; for a tree that compresses better raise ORTSTACK_ARCHIVE_MAX_RATIO"
+            raise UnsafeArchiveError(msg, tip=tip)
 
 
 def suffix_of(name: str) -> str:
@@ -82,7 +149,11 @@ def _writing(label: str) -> Iterator[None]:
     """Turn a file system refusal while extracting into one line (a full disk into a disk-space error)."""
     try:
         yield
+    except _CORRUPT:
+        raise
     except OSError as exc:
+        if exc.errno is None and exc.filename is None:  # a decompressor's complaint (bz2), not the disk's
+            raise _broken(label, exc) from None
         where = os.path.basename(exc.filename) if exc.filename else ""  # noqa: PTH119 - str from OSError
         if exc.errno == errno.ENOSPC:
             msg = f"the disk is full while extracting {label}"
@@ -106,17 +177,18 @@ def _strip(name: str, top: str | None) -> str:
     return PurePosixPath(*PurePosixPath(name).parts[1:]).as_posix() if name != top else ""
 
 
-def extract(archive: Path, dest: Path, *, label: str = "") -> str | None:
+def extract(archive: Path, dest: Path, *, label: str = "", limits: Limits | None = None) -> str | None:
     """Extract ``archive`` into the existing folder ``dest``; raise before writing if a member is unsafe.
 
-    ``label`` names the archive in errors (its URL; the file name by default).
+    ``label`` names the archive in errors (its URL; the file name by default); ``limits`` bound what
+    it may expand to (the defaults when not given).
     Returns the commit id the archive says it was made from, when it says so: ``git archive`` (and
     so GitHub) writes it into the tar's global pax header and the zip's comment.
     """
-    name = label or archive.name
+    tally = _Tally(label=label or archive.name, size=archive.stat().st_size, limits=limits or Limits())
     if suffix_of(archive.name) == ".zip":
-        return _extract_zip(archive, dest, name)
-    return _extract_tar(archive, dest, name)
+        return _extract_zip(archive, dest, tally)
+    return _extract_tar(archive, dest, tally)
 
 
 def _commit_in(comment: str | bytes | None) -> str | None:
@@ -125,16 +197,31 @@ def _commit_in(comment: str | bytes | None) -> str | None:
 
 
 def _broken(label: str, exc: BaseException) -> FetchError:
+    said = str(exc).strip()
+    # tarfile lists what each decompressor said, one per line: the line keeps the first.
+    summary = said.splitlines()[0].rstrip(":") if said else type(exc).__name__
     return FetchError(
-        f"{label} is truncated or corrupt ({str(exc) or type(exc).__name__})",
+        f"{label} is truncated or corrupt ({summary})",
         tip="the download is incomplete or not an archive; check archive_url and fetch again",
+        detail=said,
     )
 
 
-def _extract_tar(archive: Path, dest: Path, label: str) -> str | None:
+def _read_members(tar: tarfile.TarFile, tally: _Tally) -> list[tarfile.TarInfo]:
+    """Every header, counting declared sizes as it goes (a bomb stops here, early, not on disk)."""
+    members = []
+    for member in tar:  # reads header after header: a truncated stream fails here
+        if member.isfile():
+            tally.add(member.name, member.size)
+        members.append(member)
+    return members
+
+
+def _extract_tar(archive: Path, dest: Path, tally: _Tally) -> str | None:
+    label = tally.label
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()  # reads every header: a truncated stream fails here
+            members = _read_members(tar, tally)
             top = _top_folder(m.name for m in members)
             selected: list[tarfile.TarInfo] = []
             seen: set[str] = set()
@@ -162,14 +249,17 @@ def _extract_tar(archive: Path, dest: Path, label: str) -> str | None:
             except tarfile.FilterError as exc:
                 raise _unsafe(label, exc.tarinfo.name, str(exc)) from None
             return _commit_in(tar.pax_headers.get("comment"))
-    except (tarfile.ReadError, tarfile.CompressionError, EOFError, zlib.error) as exc:
+    except _CORRUPT as exc:
         raise _broken(label, exc) from None
 
 
-def _extract_zip(archive: Path, dest: Path, label: str) -> str | None:
+def _extract_zip(archive: Path, dest: Path, tally: _Tally) -> str | None:
+    label = tally.label
     try:
         with zipfile.ZipFile(archive) as bundle:
             infos = bundle.infolist()
+            for info in infos:  # zipfile never reads past a member's declared size
+                tally.add(info.filename, info.file_size)
             top = _top_folder(info.filename for info in infos)
             seen: set[str] = set()
             for info in infos:
@@ -177,13 +267,28 @@ def _extract_zip(archive: Path, dest: Path, label: str) -> str | None:
                 if not info.is_dir():
                     _check_unique(label, seen, info.filename)
                 if stat.S_ISLNK(info.external_attr >> 16):
-                    _check_link(label, info.filename, bundle.read(info).decode())
+                    _check_link(label, info.filename, _link_text(label, info.filename, bundle.read(info)))
             with _writing(label):
                 for info in infos:
                     _write_zip_member(bundle, info, dest, _strip(info.filename, top), label)
             return _commit_in(bundle.comment)
-    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+    except _CORRUPT as exc:
         raise _broken(label, exc) from None
+    except (NotImplementedError, RuntimeError) as exc:  # an unsupported compression method, an encrypted member
+        msg = f"{label} holds a member ortstack cannot read ({exc})"
+        raise FetchError(
+            msg, tip="a source archive is plain (stored or deflated, not encrypted); " + _UNSAFE_TIP
+        ) from None
+
+
+def _link_text(label: str, name: str, data: bytes) -> str:
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise _unsafe(label, name, "a symlink whose target is not UTF-8 text") from None
+    if not text or "\0" in text:
+        raise _unsafe(label, name, "a symlink with an empty or NUL-holding target")
+    return text
 
 
 def _write_zip_member(bundle: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, name: str, label: str) -> None:
@@ -199,8 +304,9 @@ def _write_zip_member(bundle: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path
     target.parent.mkdir(parents=True, exist_ok=True)
     data = bundle.read(info)  # checks the CRC
     if stat.S_ISLNK(mode):
-        _inside(label, dest, info.filename, os.path.join(target.parent, data.decode()))  # noqa: PTH118 - link text
-        os.symlink(data.decode(), target)  # noqa: PTH211 - target is a link text, not a path
+        link = _link_text(label, info.filename, data)
+        _inside(label, dest, info.filename, os.path.join(target.parent, link))  # noqa: PTH118 - link text
+        os.symlink(link, target)  # noqa: PTH211 - target is a link text, not a path
         return
     target.write_bytes(data)
     if mode & stat.S_IXUSR:

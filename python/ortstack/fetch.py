@@ -12,6 +12,7 @@ A complete tree in the cache is reused without any network I/O.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ortstack import _run, archive, diskspace, download, log
 from ortstack.cache import Cache, remove_tree, tree_size
 from ortstack.errors import ChecksumError, ConfigError, FetchError
-from ortstack.lockfile import Lock
+from ortstack.lockfile import Lock, write_atomic
 
 if TYPE_CHECKING:
     import subprocess
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from ortstack.settings import Settings
 
 Method = Literal["auto", "git", "archive"]
+SOURCE_MARKS = ("VERSION_NUMBER", "cmake/CMakeLists.txt")
+"""Files every onnxruntime tree has at its root; a tree without them is not the pinned project."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +75,11 @@ def ensure_source(
     start = time.perf_counter()
     pin = stack.ort
     if source_dir is not None:
-        return _use_local(source_dir, pin.commit, settings.env, start)
+        local = _use_local(source_dir, pin.commit, settings.env, start)
+        settings.work_dir.mkdir(parents=True, exist_ok=True)
+        used = {"commit": local.commit, "origin": local.origin}
+        write_atomic(local_record_file(settings), (json.dumps(used, indent=2) + "\n").encode())
+        return local
     cache = cache_for(settings)
     cached = _cached(cache, pin.commit, start)
     if cached is not None:
@@ -92,12 +99,14 @@ def ensure_source(
         try:
             staged = work / "tree"
             staged.mkdir()
+            limits = archive.Limits.from_env(settings.env)
             if chosen == "git":
                 _fetch_git(pin.repository, pin.commit, cache, settings.env, work / "tree.tar")
-                archive.extract(work / "tree.tar", staged)
+                archive.extract(work / "tree.tar", staged, label=f"commit {pin.commit[:12]}", limits=limits)
+                check_source_tree(staged, f"commit {pin.commit} of {pin.repository}")
                 record: dict[str, Any] = {"method": "git", "origin": pin.repository}
             else:
-                record = _fetch_archive(pin, cache, lock, staged)
+                record = _fetch_archive(pin, cache, lock, staged, limits)
             files, size = tree_size(staged)
             record |= {"commit": pin.commit, "files": files, "size": size, "fetched": datetime.now(UTC).isoformat()}
             final = cache.publish_source(staged, pin.commit, record)
@@ -215,7 +224,7 @@ def git_tree(cache: Cache, repository: str, commit: str, env: Mapping[str, str],
 # By archive.
 
 
-def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path) -> dict[str, Any]:
+def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path, limits: archive.Limits) -> dict[str, Any]:
     """Get the archive (verified), extract it into ``staged``; returns the marker record."""
     url = pin.archive_url
     suffix = archive.suffix_of(url)
@@ -225,16 +234,33 @@ def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path) -> dict[
         raise ConfigError(msg, tip="run once without --locked and commit the lock file, or set archive_sha256")
     if expected:
         path = cached_download(cache, url, digest=expected, suffix=suffix)
-        _check_commit(url, archive.extract(path, staged, label=url), pin.commit)
-        return {"method": "archive", "origin": url, "archive_sha256": expected}
-    path, digest = _first_download(url, suffix, cache)
+        digest = expected
+    else:
+        path, digest = _first_download(url, suffix, cache)
     try:
-        _check_commit(url, archive.extract(path, staged, label=url), pin.commit)
+        _check_commit(url, archive.extract(path, staged, label=url, limits=limits), pin.commit)
+        check_source_tree(staged, url)
     except FetchError:
-        path.unlink()  # never keep, or trust, what could not be extracted
+        # Never keep, or trust, what could not be used, whatever its digest: a pinned one is refused again.
+        path.unlink(missing_ok=True)
         raise
-    lock.resolve(url, digest, what=f"sha256 of {url}")
+    if not expected:
+        lock.resolve(url, digest, what=f"sha256 of {url}")
     return {"method": "archive", "origin": url, "archive_sha256": digest}
+
+
+def check_source_tree(tree: Path, origin: str, tip: str = "") -> None:
+    """Refuse a tree that is not the pinned project: empty, or without onnxruntime's root files."""
+    if not any(tree.iterdir()):
+        msg = f"{origin} holds no files: it is not an onnxruntime source tree"
+        raise FetchError(msg, tip=tip or _NOT_A_SOURCE_TIP)
+    missing = [name for name in SOURCE_MARKS if not (tree / name).is_file()]
+    if missing:
+        msg = f"{origin} is not an onnxruntime source tree: {', '.join(missing)} missing at its root"
+        raise FetchError(msg, tip=tip or _NOT_A_SOURCE_TIP)
+
+
+_NOT_A_SOURCE_TIP = "point archive_url (or repository) at onnxruntime itself, at the pinned commit"
 
 
 def _check_commit(url: str, found: str | None, pinned: str) -> None:
@@ -312,8 +338,23 @@ def _use_local(path: Path, commit: str, env: Mapping[str, str], start: float) ->
     )
     if changes.stdout.strip():
         log.warn(f"{path} has uncommitted changes; they become part of the source")
+    check_source_tree(source, f"--source-dir {path}", tip="pass the folder of an onnxruntime checkout")
     record = {"commit": commit, "method": "local", "origin": str(source)}
     return _result(source, record, cached=True, start=start)
+
+
+def local_record_file(settings: Settings) -> Path:
+    """Where the last ``--source-dir`` run says which checkout it used (for ``status``)."""
+    return settings.work_dir / "source-dir.json"
+
+
+def local_source(settings: Settings, commit: str) -> str:
+    """The checkout the last ``--source-dir`` run used for ``commit``; empty when none did."""
+    try:
+        record = json.loads(local_record_file(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str(record.get("origin", "")) if isinstance(record, dict) and record.get("commit") == commit else ""
 
 
 def cached_sources(cache: Cache) -> list[dict[str, Any]]:

@@ -73,18 +73,30 @@ def pin_section(context: StatusContext) -> Section:
     rows = [
         ["repository", ort.repository],
         ["commit", ort.commit],
-        ["archive", ort.archive_url or "- (fetched by git)"],
+        ["archive", ort.archive_url or f"- ({_how_without_archive(context)})"],
         ["archive sha256", digest],
         ["stack file", str(context.stack.path)],
     ]
     return Section(title="onnxruntime pin", columns=["what", "value"], rows=rows)
 
 
+def _how_without_archive(context: StatusContext) -> str:
+    commit = context.stack.ort.commit
+    if context.cache.source_record(commit) is None and (local := fetch.local_source(context.settings, commit)):
+        return f"the last run used --source-dir {local}"
+    return "fetched by git"
+
+
 def cache_section(context: StatusContext) -> Section:
     cache = context.cache
     commit = context.stack.ort.commit
     record = cache.source_record(commit)
-    source = f"{cache.source_dir(commit)} ({record['method']}, {record['files']} files)" if record else "not fetched"
+    if record:
+        source = f"{cache.source_dir(commit)} ({record['method']}, {record['files']} files)"
+    elif local := fetch.local_source(context.settings, commit):
+        source = f"not in the cache: the last run used --source-dir {local}"
+    else:
+        source = "not fetched"
     archives = sorted(p.name for p in cache.archives.glob("*") if not p.name.endswith(".part"))
     partial = sorted(p.name for p in cache.archives.glob("*.part"))
     others = [r["commit"][:12] for r in fetch.cached_sources(cache) if r["commit"] != commit]
