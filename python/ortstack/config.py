@@ -1,6 +1,7 @@
 """``stack.toml``: the one file a user edits, parsed into frozen, validated dataclasses.
 
-Every error names the key and the line it stands on, and an unknown key gets a "did you mean".
+Every error names the key and the line it stands on, and an unknown key gets a "did you mean" (or
+the list of valid keys). A file is read to its end: all its problems are reported at once.
 Tables map onto dataclasses field by field; a field's type is the schema, its docstring the
 documentation (``ortstack schema`` prints both).
 """
@@ -13,17 +14,21 @@ import re
 import tomllib
 import types
 import typing
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ortstack.errors import ConfigError
+from ortstack.errors import ConfigError, ConfigProblemsError
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 HEX_PREFIX = re.compile(r"[0-9a-f]{4,39}")
 SHORT_OR_FULL_COMMIT = re.compile(r"(?:[0-9a-f]{7,40})?")
 PLATFORMS = ("linux", "windows", "macos")
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 T = TypeVar("T")
 
@@ -182,7 +187,7 @@ class Stack:
                 return variant
         known = ", ".join(v.name for v in self.variants) or "none"
         msg = f"no variant named {name!r} in {self.path} (known: {known})"
-        raise ConfigError(msg, tip=_suggest(name, [v.name for v in self.variants]))
+        raise ConfigError(msg, tip=_hint(name, [v.name for v in self.variants], "variants in this stack"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -216,42 +221,104 @@ def _line_of(text: str, where: tuple[str | int, ...]) -> int | None:
     return best
 
 
-def _suggest(word: str, candidates: list[str]) -> str | None:
+def _closest(word: str, candidates: list[str]) -> str | None:
+    """A close match, or a name that starts with ``word``; None when there is none."""
     close = difflib.get_close_matches(word, candidates, n=1)
-    return f"did you mean {close[0]!r}?" if close else None
+    if not close and len(word) >= 3:  # noqa: PLR2004 - "repo" for "repository", not "r" for everything
+        close = [c for c in candidates if c.startswith(word)][:1]
+    return close[0] if close else None
+
+
+def _suggest(word: str, candidates: list[str]) -> str | None:
+    close = _closest(word, candidates)
+    return f"did you mean {close!r}?" if close else None
+
+
+def _hint(word: str, candidates: list[str], what: str = "valid keys here") -> str:
+    """A "did you mean", or else every valid name, so the user never has to guess."""
+    return _suggest(word, candidates) or f"{what}: {', '.join(candidates) or 'none'}"
+
+
+_TYPE_TIPS = {
+    str: 'write a string in double quotes, e.g. key = "value"',
+    int: "write a whole number without quotes, e.g. key = 4",
+    bool: "write true or false, without quotes",
+}
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 
 
 # --------------------------------------------------------------------------------------------------
 # Mapping TOML tables onto dataclasses.
 
 
+class _Invalid(Exception):  # noqa: N818 - not an error to report: the problems are already recorded
+    """A value could not be built because of problems already recorded."""
+
+
 @dataclass(frozen=True)
 class _Reader:
     path: Path
     text: str
+    problems: list[ConfigError] = field(default_factory=list)
+    """Every problem found so far; the file is read to its end so all are reported at once."""
 
     def fail(self, where: tuple[str | int, ...], message: str, tip: str | None = None) -> ConfigError:
         line = _line_of(self.text, where)
         location = f"{self.path}:{line}" if line else str(self.path)
-        dotted = ".".join(f"[{p}]" if isinstance(p, int) else p for p in where).replace(".[", "[")
+        parts = [f"[{p}]" if isinstance(p, int) else p if _BARE_KEY.fullmatch(p) else repr(p) for p in where]
+        dotted = ".".join(parts).replace(".[", "[")
         return ConfigError(f"{location}: {dotted}: {message}", tip=tip)
+
+    @contextmanager
+    def attempt(self) -> Iterator[None]:
+        """Record a problem raised inside and carry on with the next key."""
+        try:
+            yield
+        except ConfigError as exc:
+            self.problems.append(exc)
+        except _Invalid:
+            pass
+
+    def value(self, make: Callable[[], T]) -> T | None:
+        """``make()``, or None with its problem recorded."""
+        try:
+            return make()
+        except ConfigError as exc:
+            self.problems.append(exc)
+        except _Invalid:
+            pass
+        return None
+
+    def raise_problems(self) -> None:
+        if len(self.problems) == 1:
+            raise self.problems[0]
+        if self.problems:
+            raise ConfigProblemsError(tuple(self.problems))
 
     def build(self, cls: type[T], table: object, where: tuple[str | int, ...], **extra: Any) -> T:
         if not isinstance(table, dict):
-            raise self.fail(where, f"expected a table, got {type(table).__name__}")
+            tip = f"write it as a table: [{'.'.join(map(str, where))}] with key = value lines under it"
+            raise self.fail(where, f"expected a table, got {type(table).__name__}", tip=tip)
         hints = typing.get_type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         settable = [name for name in fields if name not in extra and name != "path"]
         values: dict[str, Any] = dict(extra)
+        before = len(self.problems)
+        misspelt = set()  # a required key missing because it is misspelt is one problem, not two
         for key, raw in table.items():
-            if key not in settable:
-                raise self.fail((*where, key), "unknown key", tip=_suggest(key, settable))
-            values[key] = self.convert(hints[key], raw, (*where, key))
+            with self.attempt():
+                if key not in settable:
+                    misspelt.add(_closest(key, settable) or "")
+                    raise self.fail((*where, key), "unknown key", tip=_hint(key, settable))
+                values[key] = self.convert(hints[key], raw, (*where, key))
         for name in settable:
             f = fields[name]
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            if required and name not in values:
-                raise self.fail(where, f"missing required key {name!r}")
+            if required and name not in table and name not in misspelt:
+                self.problems.append(self.fail(where, f"missing required key {name!r}", tip=f"add {name} = ..."))
+        if len(self.problems) > before:
+            raise _Invalid
         return cls(**values)
 
     def convert(self, hint: Any, raw: object, where: tuple[str | int, ...]) -> Any:
@@ -263,24 +330,27 @@ class _Reader:
         if origin is Literal:
             if raw not in args:
                 allowed = ", ".join(repr(a) for a in args)
-                raise self.fail(
-                    where, f"must be one of {allowed}, got {raw!r}", tip=_suggest(str(raw), [str(a) for a in args])
-                )
+                tip = _hint(str(raw), [str(a) for a in args], "valid values")
+                raise self.fail(where, f"must be one of {allowed}, got {raw!r}", tip=tip)
             return raw
         if origin is tuple:
             if not isinstance(raw, list):
-                raise self.fail(where, f"expected an array, got {type(raw).__name__}")
+                tip = 'write an array in square brackets, e.g. key = ["a", "b"]'
+                raise self.fail(where, f"expected an array, got {type(raw).__name__}", tip=tip)
             return tuple(self.convert(args[0], item, (*where, i)) for i, item in enumerate(raw))
         if origin is dict:
             if not isinstance(raw, dict):
-                raise self.fail(where, f"expected a table, got {type(raw).__name__}")
+                tip = 'write an inline table, e.g. key = { NAME = "value" }'
+                raise self.fail(where, f"expected a table, got {type(raw).__name__}", tip=tip)
             return {str(k): self.convert(args[1], v, (*where, str(k))) for k, v in raw.items()}
         if dataclasses.is_dataclass(hint):
             return self.build(typing.cast("type[Any]", hint), raw, where)
         expected = {str: str, int: int, bool: bool}[hint]
         # bool is an int in Python; keep them apart in the config.
         if not isinstance(raw, expected) or (expected is int and isinstance(raw, bool)):
-            raise self.fail(where, f"expected {expected.__name__}, got {type(raw).__name__} {raw!r}")
+            shown = repr(raw) if not isinstance(raw, (dict, list)) else type(raw).__name__
+            message = f"expected {expected.__name__}, got {type(raw).__name__} {shown}"
+            raise self.fail(where, message, tip=_TYPE_TIPS[expected])
         return raw
 
 
@@ -291,80 +361,128 @@ def _check_hex(reader: _Reader, value: str, pattern: re.Pattern[str], where: tup
 
 
 def _validate(reader: _Reader, stack: Stack) -> None:
-    _check_hex(reader, stack.ort.commit, HEX40, ("ort", "commit"), "40-hex commit id")
-    _check_hex(reader, stack.ort.archive_sha256, HEX64, ("ort", "archive_sha256"), "64-hex sha256")
+    with reader.attempt():
+        _check_hex(reader, stack.ort.commit, HEX40, ("ort", "commit"), "40-hex commit id")
+    with reader.attempt():
+        _check_hex(reader, stack.ort.archive_sha256, HEX64, ("ort", "archive_sha256"), "64-hex sha256")
     if stack.ort.archive_sha256 and not stack.ort.archive_url:
-        raise reader.fail(("ort", "archive_sha256"), "is set but archive_url is not")
+        tip = "set archive_url to the archive that digest is of, or remove archive_sha256"
+        reader.problems.append(reader.fail(("ort", "archive_sha256"), "is set but archive_url is not", tip=tip))
     seen: set[str] = set()
     for index, patch in enumerate(stack.patches):
         if patch.id in seen:
-            raise reader.fail(("patch", index, "id"), f"duplicate patch id {patch.id!r}")
+            tip = "give each [[patch]] its own id"
+            reader.problems.append(reader.fail(("patch", index, "id"), f"duplicate patch id {patch.id!r}", tip=tip))
         seen.add(patch.id)
-        _validate_patch(reader, patch, ("patch", index))
+        with reader.attempt():
+            _validate_patch(reader, patch, ("patch", index))
 
 
 def _validate_mode(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
     if patch.mode == "in-base":
         if patch.guard is None:
-            raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base")
+            tip = 'add guard = { files = ["PATH"], patterns = ["REGEX"] } naming what the base must hold'
+            raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base", tip=tip)
     elif not patch.file:
         number = int(where[-1]) + 1 if isinstance(where[-1], int) else 1
         tip = f'add file = "patches/{number:04d}-{patch.id}.patch" (refresh-patches vendors it there)'
         raise reader.fail(where, "a patch entry needs its file under patches/", tip=tip)
     elif PurePosixPath(patch.file).parent != PurePosixPath("patches"):
-        raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}")
+        tip = f'write file = "patches/{PurePosixPath(patch.file).name}"'
+        raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}", tip=tip)
 
 
 def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
     _check_hex(reader, patch.sha256, HEX64, (*where, "sha256"), "64-hex sha256")
     if not SHORT_OR_FULL_COMMIT.fullmatch(patch.origin.head):
-        raise reader.fail((*where, "origin", "head"), f"must be a commit id, got {patch.origin.head!r}")
+        tip = "write the commit's hex id (7 to 40 lowercase characters), or leave head empty"
+        raise reader.fail((*where, "origin", "head"), f"must be a commit id, got {patch.origin.head!r}", tip=tip)
     if HEX_PREFIX.fullmatch(patch.origin.base):
         _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id or a branch")
     for platform in patch.platforms:
         if platform not in PLATFORMS:
-            tip = _suggest(platform, list(PLATFORMS))
+            tip = _hint(platform, list(PLATFORMS), "valid platforms")
             raise reader.fail((*where, "platforms"), f"unknown platform {platform!r}", tip=tip)
     _validate_mode(reader, patch, where)
     if patch.origin.kind == "pr" and not patch.origin.pr:
-        raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)")
+        raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)", tip="add pr = N to the origin")
     if patch.origin.kind != "local" and not patch.origin.repository:
-        raise reader.fail((*where, "origin"), f"a {patch.origin.kind} origin needs a repository URL")
+        tip = 'add repository = "https://github.com/OWNER/REPO" to the origin'
+        raise reader.fail((*where, "origin"), f"a {patch.origin.kind} origin needs a repository URL", tip=tip)
 
 
-def load(path: Path) -> Stack:
-    """Read and validate ``path``."""
+def _read(path: Path) -> tuple[str, dict[str, Any]]:
+    """The text and the TOML document of ``path``, or one line saying why there is none."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         msg = f"no stack file at {path}"
         raise ConfigError(msg, tip="run from the project root or pass --stack PATH") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        msg = f"{path}:{line}: not UTF-8 text"
+        raise ConfigError(msg, tip="save the file as UTF-8") from None
+    except OSError as exc:
+        msg = f"cannot read {path}: {exc.strerror or exc}"
+        raise ConfigError(msg, tip="pass --stack the path of a readable stack.toml") from None
     try:
-        data = tomllib.loads(text)
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        msg = f"{path}: not valid TOML: {exc}"
-        raise ConfigError(msg) from None
+        said = " ".join(str(exc).split())
+        at = _TOML_AT.search(said)
+        where = f"{path}:{at.group(1)}" if at else str(path)
+        reason = _TOML_AT.sub("", said)
+        msg = f"{where}: not valid TOML: {reason}" + (f" (column {at.group(2)})" if at else "")
+        tip = "TOML wants key = value, strings in double quotes, tables as [name] and arrays as [1, 2]"
+        raise ConfigError(msg, tip=tip) from None
+
+
+def load(path: Path) -> Stack:
+    """Read and validate ``path``; every problem the file has is reported, each with its line."""
+    text, data = _read(path)
     reader = _Reader(path=path, text=text)
     allowed = ["ort", "patch", "variant", "build", "deps"]
     for key in data:
         if key not in allowed:
-            raise reader.fail((key,), "unknown table", tip=_suggest(key, allowed))
+            reader.problems.append(reader.fail((key,), "unknown table", tip=_hint(key, allowed, "valid tables")))
     if "ort" not in data:
-        raise reader.fail(("ort",), "missing required table [ort]")
-    ort = reader.build(OrtPin, data["ort"], ("ort",))
+        tip = 'add [ort] with repository = "URL" and commit = "40-hex id"'
+        reader.problems.append(reader.fail(("ort",), "missing required table [ort]", tip=tip))
+    ort = reader.value(lambda: reader.build(OrtPin, data.get("ort", {}), ("ort",)))
     raw_patches = data.get("patch", [])
     if not isinstance(raw_patches, list):
-        raise reader.fail(("patch",), "must be an array of tables ([[patch]])")
-    patches = tuple(reader.build(PatchEntry, raw, ("patch", i)) for i, raw in enumerate(raw_patches))
+        tip = "write each patch as its own [[patch]] table"
+        reader.problems.append(reader.fail(("patch",), "must be an array of tables ([[patch]])", tip=tip))
+        raw_patches = []
+    entries: list[PatchEntry] = []
+    for i, raw in enumerate(raw_patches):
+        with reader.attempt():
+            entries.append(reader.build(PatchEntry, raw, ("patch", i)))
+    patches = tuple(entries)
     raw_variants = data.get("variant", {})
     if not isinstance(raw_variants, dict):
-        raise reader.fail(("variant",), "must be tables ([variant.NAME])")
-    variants = tuple(reader.build(Variant, raw, ("variant", name), name=name) for name, raw in raw_variants.items())
-    build = reader.build(BuildOptions, data.get("build", {}), ("build",))
+        tip = "write each variant as its own [variant.NAME] table"
+        reader.problems.append(reader.fail(("variant",), "must be tables ([variant.NAME])", tip=tip))
+        raw_variants = {}
+    built: list[Variant] = []
+    for name, raw in raw_variants.items():
+        with reader.attempt():
+            built.append(reader.build(Variant, raw, ("variant", name), name=name))
+    variants = tuple(built)
+    build = reader.value(lambda: reader.build(BuildOptions, data.get("build", {}), ("build",)))
     raw_deps = data.get("deps", {})
     if not isinstance(raw_deps, dict):
-        raise reader.fail(("deps",), "must be tables ([deps.NAME])")
-    dep_sources = {name: reader.build(DepSource, raw, ("deps", name)) for name, raw in raw_deps.items()}
+        tip = "write each dependency as its own [deps.NAME] table"
+        reader.problems.append(reader.fail(("deps",), "must be tables ([deps.NAME])", tip=tip))
+        raw_deps = {}
+    dep_sources: dict[str, DepSource] = {}
+    for name, raw in raw_deps.items():
+        with reader.attempt():
+            dep_sources[name] = reader.build(DepSource, raw, ("deps", name))
+    reader.raise_problems()
+    assert ort is not None  # built, or its problem was raised just above
+    assert build is not None
     stack = Stack(ort=ort, patches=patches, variants=variants, build=build, deps=dep_sources, path=path)
     _validate(reader, stack)
+    reader.raise_problems()
     return stack
