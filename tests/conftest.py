@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from series_kit import Project
 from upstream import LoopbackServer, Upstream, publish_upstream
 
 if TYPE_CHECKING:
@@ -75,3 +76,9 @@ def run_ortstack(cli_env: dict[str, str], tmp_path: Path) -> RunOrtstack:
         return subprocess.run(argv, check=False, cwd=where, env=full_env, capture_output=True, text=True, timeout=120)
 
     return run
+
+
+@pytest.fixture
+def project(tmp_path: Path, upstream: Upstream) -> Project:
+    """An empty stack.toml project pinned to ``upstream``'s commit, under ``tmp_path / "project"``."""
+    return Project(root=tmp_path / "project", repository=upstream.url, commit=upstream.commit)

@@ -18,12 +18,14 @@ import pytest
 from clirun import RunOrtstack, one_error
 from faultkit import fault, patch_args
 from ortstack.cache import remove_tree
-from series_kit import EMPTY_WEIGHTS, Project, commit_edits, format_patch, snapshot
+from series_kit import EMPTY_WEIGHTS, commit_edits, format_patch, snapshot
 from test_fetch import archive_stack, assert_intact, assert_tree_is, good_cache
 from upstream import Fault, LoopbackServer, Upstream
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from series_kit import Project
 
 pytestmark = pytest.mark.network
 
@@ -257,11 +259,6 @@ def test_server_that_always_drops_half_way(
 
 # --------------------------------------------------------------------------------------------------
 # Hostile patches: refused before anything is written.
-
-
-@pytest.fixture
-def project(tmp_path: Path, upstream: Upstream) -> Project:
-    return Project(root=tmp_path / "project", repository=upstream.url, commit=upstream.commit)
 
 
 def patch_run(run_ortstack: RunOrtstack, project: Project, tmp_path: Path) -> tuple[int, str]:
