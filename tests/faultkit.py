@@ -53,6 +53,16 @@ FAULTS: dict[str, str] = {
     "zip-symlink-chain": "zip links that each stay inside but lead outside together",
     "zip-duplicate-through-link": "zip member written twice, the second time through a link planted by the first",
     "zip-absolute": "zip member named /x",
+    # Sources that are not a source tree, archives that expand without end (test_faults_sources.py).
+    "archive-corrupt-pinned": "a corrupt archive with its own (matching) sha256: one line, dropped from the cache",
+    "archive-empty-tar": "a valid, empty tar: refused as holding no files, nothing kept or locked",
+    "archive-only-top-folder": "a tar holding only its top folder",
+    "archive-gzip-of-zeros": "a gzip of zeros, which decodes to an empty tar",
+    "archive-not-onnxruntime": "an archive of another project: refused naming VERSION_NUMBER and cmake/CMakeLists.txt",
+    "archive-bomb-ratio": "a 1 MB archive expanding to 1 GiB: refused before anything is written",
+    "archive-bomb-size": "an archive over ORTSTACK_ARCHIVE_MAX_MIB; a limit that is not a number",
+    "source-dir-not-onnxruntime": "--source-dir of a checkout at the pinned commit that is not onnxruntime",
+    "status-after-source-dir": "status after a --source-dir run: neither 'fetched by git' nor 'not fetched'",
     # Hostile downloads.
     "cache-archive-damaged": "a cached archive damaged on disk: found by its digest, downloaded again",
     "sha256-one-byte": "the archive with one byte flipped against its pinned sha256",

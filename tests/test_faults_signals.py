@@ -87,9 +87,13 @@ MANY_FILES = 6000
 
 
 def many_files_archive() -> bytes:
-    """A GitHub-shaped archive with enough files that extracting it takes a while."""
+    """A GitHub-shaped archive of an onnxruntime-like tree with enough files that extracting it takes a while."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, text in (("VERSION_NUMBER", b"1.31.0\n"), ("cmake/CMakeLists.txt", b"project(onnxruntime)\n")):
+            root_file = tarfile.TarInfo(f"onnxruntime-many/{name}")
+            root_file.size = len(text)
+            tar.addfile(root_file, io.BytesIO(text))
         for number in range(MANY_FILES):
             data = f"file {number}\n".encode() * 20
             member = tarfile.TarInfo(f"onnxruntime-many/d{number // 100:03d}/f{number:05d}.txt")
@@ -147,7 +151,7 @@ def test_interrupted_extraction_is_redone(
     again = Process(["fetch", "--stack", stack, "--cache-dir", cache_dir], env=cli_env, log=tmp_path / "again.log")
     assert again.finish().returncode == 0, again.stderr()
     assert clean_server.requests() == 0  # extraction redone from the cached archive
-    assert len([p for p in (sources / pinned).rglob("*") if p.is_file()]) == MANY_FILES
+    assert len([p for p in (sources / pinned).rglob("*") if p.is_file()]) == MANY_FILES + 2  # and the two root files
     assert_intact(cache_dir, before)  # and the leftovers are gone
 
 

@@ -251,7 +251,7 @@ def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path, limits: 
 
 def check_source_tree(tree: Path, origin: str, tip: str = "") -> None:
     """Refuse a tree that is not the pinned project: empty, or without onnxruntime's root files."""
-    if not any(tree.iterdir()):
+    if not any(path.is_file() for path in tree.rglob("*")):
         msg = f"{origin} holds no files: it is not an onnxruntime source tree"
         raise FetchError(msg, tip=tip or _NOT_A_SOURCE_TIP)
     missing = [name for name in SOURCE_MARKS if not (tree / name).is_file()]
