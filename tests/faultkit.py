@@ -92,6 +92,12 @@ FAULTS: dict[str, str] = {
     "build-two-runs": "two builds of one variant at once: one waits, saying so, then finds the other's wheel",
     "deps-two-runs": "three deps mirrors of one cache at once: all succeed, no torn or stray file",
     "deps-wrong-sha1": "a deps.txt entry whose sha1 is one digit off: exit 4, the good mirror untouched",
+    # Broken stack files (test_faults_config.py).
+    "config-unknown-key-no-match": "an unknown key with no close match: valid keys listed, the next error still shown",
+    "config-key-prefix": "repo for repository: one problem, with a suggestion",
+    "config-toml-syntax": "a TOML syntax error: file:line and a tip",
+    "config-wrong-type-tip": "values of the wrong type: each with file:line and how to write it",
+    "config-all-problems": "five problems in one file: all reported, in line order, each with a tip",
     # Disk space.
     "disk-patch": "not enough free space to prepare a tree: exit 9 before any copy",
     "disk-deps": "not enough free space to mirror deps.txt: exit 9 before any download",

@@ -290,11 +290,16 @@ class _Reader:
             pass
         return None
 
+    def _line(self, problem: ConfigError) -> int:
+        where = problem.message.removeprefix(f"{self.path}:").split(":", 1)[0]
+        return int(where) if where.isdigit() else 0
+
     def raise_problems(self) -> None:
+        """Raise what was found, in the order of the file's lines."""
         if len(self.problems) == 1:
             raise self.problems[0]
         if self.problems:
-            raise ConfigProblemsError(tuple(self.problems))
+            raise ConfigProblemsError(tuple(sorted(self.problems, key=self._line)))
 
     def build(self, cls: type[T], table: object, where: tuple[str | int, ...], **extra: Any) -> T:
         if not isinstance(table, dict):
@@ -360,7 +365,8 @@ def _check_hex(reader: _Reader, value: str, pattern: re.Pattern[str], where: tup
         raise reader.fail(where, f"must be a full {what}, got {detail}", tip="write the full lowercase hex id")
 
 
-def _validate(reader: _Reader, stack: Stack) -> None:
+def _validate(reader: _Reader, stack: Stack, indices: tuple[int, ...]) -> None:
+    """Check what types alone cannot; ``indices`` are the patches' places in the file (some may not have built)."""
     with reader.attempt():
         _check_hex(reader, stack.ort.commit, HEX40, ("ort", "commit"), "40-hex commit id")
     with reader.attempt():
@@ -369,7 +375,7 @@ def _validate(reader: _Reader, stack: Stack) -> None:
         tip = "set archive_url to the archive that digest is of, or remove archive_sha256"
         reader.problems.append(reader.fail(("ort", "archive_sha256"), "is set but archive_url is not", tip=tip))
     seen: set[str] = set()
-    for index, patch in enumerate(stack.patches):
+    for index, patch in zip(indices, stack.patches, strict=True):
         if patch.id in seen:
             tip = "give each [[patch]] its own id"
             reader.problems.append(reader.fail(("patch", index, "id"), f"duplicate patch id {patch.id!r}", tip=tip))
@@ -454,11 +460,11 @@ def load(path: Path) -> Stack:
         tip = "write each patch as its own [[patch]] table"
         reader.problems.append(reader.fail(("patch",), "must be an array of tables ([[patch]])", tip=tip))
         raw_patches = []
-    entries: list[PatchEntry] = []
+    entries: dict[int, PatchEntry] = {}
     for i, raw in enumerate(raw_patches):
         with reader.attempt():
-            entries.append(reader.build(PatchEntry, raw, ("patch", i)))
-    patches = tuple(entries)
+            entries[i] = reader.build(PatchEntry, raw, ("patch", i))
+    patches = tuple(entries.values())
     raw_variants = data.get("variant", {})
     if not isinstance(raw_variants, dict):
         tip = "write each variant as its own [variant.NAME] table"
@@ -479,10 +485,11 @@ def load(path: Path) -> Stack:
     for name, raw in raw_deps.items():
         with reader.attempt():
             dep_sources[name] = reader.build(DepSource, raw, ("deps", name))
+    # Entries that failed to build are left out; the rest are still validated, so nothing is hidden.
+    stack = None
+    if ort is not None and build is not None:
+        stack = Stack(ort=ort, patches=patches, variants=variants, build=build, deps=dep_sources, path=path)
+        _validate(reader, stack, tuple(entries))
     reader.raise_problems()
-    assert ort is not None  # built, or its problem was raised just above
-    assert build is not None
-    stack = Stack(ort=ort, patches=patches, variants=variants, build=build, deps=dep_sources, path=path)
-    _validate(reader, stack)
-    reader.raise_problems()
+    assert stack is not None  # no problem was found, so every table was built
     return stack
