@@ -47,6 +47,7 @@ FAULTS: dict[str, str] = {
     "tar-backslash-dotdot": "tar member named top\\..\\..\\x (Windows separators)",
     "tar-drive-letter": "tar member named C:/x",
     "tar-symlink-chain": "tar links that each stay inside but lead outside together",
+    "tar-symlink-trailing-slash": "tar symlink named out/ (checked from inside out/, written beside it) to ../../x",
     "tar-duplicate-through-link": "tar member written twice, the second time through a link planted by the first",
     "tar-long-name": "tar member whose name is longer than the file system allows",
     "zip-symlink-escape": "zip symlink to ../../x",

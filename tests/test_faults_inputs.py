@@ -116,6 +116,13 @@ CASES = [
     pytest.param("tar", CHAIN, "which is outside the destination", marks=fault("tar-symlink-chain"), id="tar-chain"),
     pytest.param(
         "tar",
+        [(f"{TOP}/out/", "symlink", "../../escaped.txt")],  # tarfile's own filter reads it from inside out/
+        f"'{TOP}/out/': a file or link named like a folder (a trailing /)",
+        marks=fault("tar-symlink-trailing-slash"),
+        id="tar-trailing-slash",
+    ),
+    pytest.param(
+        "tar",
         THROUGH_LINK,
         f"'{TOP}/VERSION': the archive holds this name twice",
         marks=fault("tar-duplicate-through-link"),

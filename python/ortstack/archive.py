@@ -115,6 +115,8 @@ def _unsafe(label: str, member: str, why: str) -> UnsafeArchiveError:
 
 
 def _check_name(label: str, name: str) -> None:
+    if not name:
+        raise _unsafe(label, name, "an empty name")
     if name.startswith(("/", "\\")) or PureWindowsPath(name).drive:
         raise _unsafe(label, name, "absolute path")
     if ".." in PurePosixPath(name.replace("\\", "/")).parts:
@@ -217,6 +219,25 @@ def _read_members(tar: tarfile.TarFile, tally: _Tally) -> list[tarfile.TarInfo]:
     return members
 
 
+def _check_tar_member(label: str, member: tarfile.TarInfo, seen: set[str], files: set[str]) -> None:
+    """Refuse ``member`` before anything is written; ``seen`` and ``files`` gather the names so far."""
+    _check_name(label, member.name)
+    if not member.isdir():
+        if member.name.endswith(("/", "\\")):  # checked as a folder, written as a file or link beside it
+            raise _unsafe(label, member.name, "a file or link named like a folder (a trailing /)")
+        _check_unique(label, seen, member.name)
+    if member.ischr() or member.isblk() or member.isfifo():
+        raise _unsafe(label, member.name, "device file or FIFO")
+    if member.issym():
+        _check_link(label, member.name, member.linkname)
+    if member.islnk():
+        _check_name(label, member.linkname)
+        if posixpath.normpath(member.linkname) not in files:
+            raise _unsafe(label, member.name, f"hard link to {member.linkname!r}, no file before it")
+    if member.isfile():
+        files.add(posixpath.normpath(member.name))
+
+
 def _extract_tar(archive: Path, dest: Path, tally: _Tally) -> str | None:
     label = tally.label
     try:
@@ -225,16 +246,9 @@ def _extract_tar(archive: Path, dest: Path, tally: _Tally) -> str | None:
             top = _top_folder(m.name for m in members)
             selected: list[tarfile.TarInfo] = []
             seen: set[str] = set()
+            files: set[str] = set()  # regular files so far: what a hard link may name
             for member in members:
-                _check_name(label, member.name)
-                if not member.isdir():
-                    _check_unique(label, seen, member.name)
-                if member.ischr() or member.isblk() or member.isfifo():
-                    raise _unsafe(label, member.name, "device file or FIFO")
-                if member.issym():
-                    _check_link(label, member.name, member.linkname)
-                if member.islnk():
-                    _check_name(label, member.linkname)
+                _check_tar_member(label, member, seen, files)
                 name = _strip(member.name, top)
                 if not name:
                     continue
