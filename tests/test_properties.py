@@ -364,6 +364,7 @@ TABLES = st.fixed_dictionaries(
         "patch": st.lists(st.dictionaries(KEYS, VALUES, max_size=5), max_size=3) | VALUES,
         "variant": st.dictionaries(st.sampled_from(["webgpu", "plugin"]), st.dictionaries(KEYS, VALUES, max_size=3)),
         "build": st.dictionaries(KEYS, VALUES, max_size=3) | VALUES,
+        "deps": st.dictionaries(st.sampled_from(["onnx", "dawn"]), st.dictionaries(KEYS, VALUES, max_size=3)) | VALUES,
         "extra": VALUES,
     },
 )

@@ -443,6 +443,20 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         raise ConfigError(msg, tip=tip) from None
 
 
+def _named_tables(reader: _Reader, data: dict[str, Any], key: str, cls: type[T], *, named: bool) -> dict[str, T]:
+    """The ``[key.NAME]`` tables, each built as ``cls`` (given its ``name`` when ``named``); problems recorded."""
+    raw = data.get(key, {})
+    if not isinstance(raw, dict):
+        tip = f"write each as its own [{key}.NAME] table"
+        reader.problems.append(reader.fail((key,), f"must be tables ([{key}.NAME])", tip=tip))
+        return {}
+    built: dict[str, T] = {}
+    for name, table in raw.items():
+        with reader.attempt():
+            built[name] = reader.build(cls, table, (key, name), **({"name": name} if named else {}))
+    return built
+
+
 def load(path: Path) -> Stack:
     """Read and validate ``path``; every problem the file has is reported, each with its line."""
     text, data = _read(path)
@@ -465,26 +479,9 @@ def load(path: Path) -> Stack:
         with reader.attempt():
             entries[i] = reader.build(PatchEntry, raw, ("patch", i))
     patches = tuple(entries.values())
-    raw_variants = data.get("variant", {})
-    if not isinstance(raw_variants, dict):
-        tip = "write each variant as its own [variant.NAME] table"
-        reader.problems.append(reader.fail(("variant",), "must be tables ([variant.NAME])", tip=tip))
-        raw_variants = {}
-    built: list[Variant] = []
-    for name, raw in raw_variants.items():
-        with reader.attempt():
-            built.append(reader.build(Variant, raw, ("variant", name), name=name))
-    variants = tuple(built)
+    variants = tuple(_named_tables(reader, data, "variant", Variant, named=True).values())
     build = reader.value(lambda: reader.build(BuildOptions, data.get("build", {}), ("build",)))
-    raw_deps = data.get("deps", {})
-    if not isinstance(raw_deps, dict):
-        tip = "write each dependency as its own [deps.NAME] table"
-        reader.problems.append(reader.fail(("deps",), "must be tables ([deps.NAME])", tip=tip))
-        raw_deps = {}
-    dep_sources: dict[str, DepSource] = {}
-    for name, raw in raw_deps.items():
-        with reader.attempt():
-            dep_sources[name] = reader.build(DepSource, raw, ("deps", name))
+    dep_sources = _named_tables(reader, data, "deps", DepSource, named=False)
     # Entries that failed to build are left out; the rest are still validated, so nothing is hidden.
     stack = None
     if ort is not None and build is not None:
