@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import tomli_w
+
 from ortstack.errors import ConfigError, ConfigProblemsError
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -252,6 +254,17 @@ _TOML_AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 # Mapping TOML tables onto dataclasses.
 
 
+def _toml_string(text: str) -> str:
+    """``text`` as a TOML basic string, one line whatever it holds."""
+    return tomli_w.dumps({"x": text}).partition(" = ")[2].strip()
+
+
+def _dotted(where: tuple[str | int, ...]) -> str:
+    """``("patch", 0, "origin")`` -> ``patch[0].origin``; an odd key (a newline in it) in quotes."""
+    parts = [f"[{p}]" if isinstance(p, int) else p if _BARE_KEY.fullmatch(p) else repr(p) for p in where]
+    return ".".join(parts).replace(".[", "[")
+
+
 class _Invalid(Exception):  # noqa: N818 - not an error to report: the problems are already recorded
     """A value could not be built because of problems already recorded."""
 
@@ -266,9 +279,7 @@ class _Reader:
     def fail(self, where: tuple[str | int, ...], message: str, tip: str | None = None) -> ConfigError:
         line = _line_of(self.text, where)
         location = f"{self.path}:{line}" if line else str(self.path)
-        parts = [f"[{p}]" if isinstance(p, int) else p if _BARE_KEY.fullmatch(p) else repr(p) for p in where]
-        dotted = ".".join(parts).replace(".[", "[")
-        return ConfigError(f"{location}: {dotted}: {message}", tip=tip)
+        return ConfigError(f"{location}: {_dotted(where)}: {message}", tip=tip)
 
     @contextmanager
     def attempt(self) -> Iterator[None]:
@@ -303,7 +314,7 @@ class _Reader:
 
     def build(self, cls: type[T], table: object, where: tuple[str | int, ...], **extra: Any) -> T:
         if not isinstance(table, dict):
-            tip = f"write it as a table: [{'.'.join(map(str, where))}] with key = value lines under it"
+            tip = f"write it as a table: [{_dotted(where)}] with key = value lines under it"
             raise self.fail(where, f"expected a table, got {type(table).__name__}", tip=tip)
         hints = typing.get_type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -391,10 +402,11 @@ def _validate_mode(reader: _Reader, patch: PatchEntry, where: tuple[str | int, .
             raise reader.fail(where, "an in-base entry needs a guard that proves the change is in the base", tip=tip)
     elif not patch.file:
         number = int(where[-1]) + 1 if isinstance(where[-1], int) else 1
-        tip = f'add file = "patches/{number:04d}-{patch.id}.patch" (refresh-patches vendors it there)'
+        file = f"patches/{number:04d}-{patch.id}.patch"
+        tip = f"add file = {_toml_string(file)} (refresh-patches vendors it there)"
         raise reader.fail(where, "a patch entry needs its file under patches/", tip=tip)
     elif PurePosixPath(patch.file).parent != PurePosixPath("patches"):
-        tip = f'write file = "patches/{PurePosixPath(patch.file).name}"'
+        tip = f"write file = {_toml_string('patches/' + PurePosixPath(patch.file).name)}"
         raise reader.fail((*where, "file"), f"patch files live directly under patches/, got {patch.file!r}", tip=tip)
 
 
