@@ -210,7 +210,8 @@ def git_tree(cache: Cache, repository: str, commit: str, env: Mapping[str, str],
                 staged = work / "tree"
                 staged.mkdir()
                 _fetch_git(repository, commit, cache, env, work / "tree.tar", tip=tip)
-                archive.extract(work / "tree.tar", staged)
+                limits = archive.Limits.from_env(env)
+                archive.extract(work / "tree.tar", staged, label=f"commit {commit[:12]}", limits=limits)
                 files, size = tree_size(staged)
                 record: dict[str, Any] = {"method": "git", "origin": repository, "commit": commit, "what": what}
                 record |= {"files": files, "size": size, "fetched": datetime.now(UTC).isoformat()}
