@@ -21,7 +21,7 @@ import pytest
 from clirun import one_error
 from ortstack import vulkan
 from ortstack.bench import OP_VARIANTS, interleaved_order
-from wheel_bench import ops
+from wheel_bench import ops, report
 
 if TYPE_CHECKING:
     from clirun import RunOrtstack
@@ -212,3 +212,26 @@ def test_raw_vs_fused_adapter_and_capture_modes_on_the_cpu_ep(tmp_path: Path, ba
     assert "| absent: the optimized graph keeps the raw pattern (CPU EP) |" in markdown
     assert "## Not measured" in markdown
     assert "lora_int8_raw/M=16/K=256/L=4/adapter=off/capture=on: graph capture is a WebGPU provider option" in markdown
+
+
+def test_each_wheels_rows_carry_what_its_own_run_found() -> None:
+    # Wheel A lacks the fused operator, wheel B fused every layer: the table says so per wheel.
+    absent = "absent: no MatMulNBitsQLoRA in this onnxruntime"
+
+    def case(variant: str, layers: int, fusion: str | None) -> dict[str, object]:
+        described: dict[str, object] = {"key": f"{variant}/M=1/K=64/L={layers}", "level": "ops", "variant": variant}
+        described |= {"m": 1, "k": 64, "layers": layers, "adapter": True, "capture": False, "bytes_per_layer": 10}
+        return described | {"samples_ms": [1.0 * layers, 1.1 * layers], "first_run_ms": 2.0, "fusion": fusion}
+
+    def run(wheel: str, *, fused: bool) -> dict[str, object]:
+        cases = [case("base", n, None) for n in (1, 4)]
+        cases += [case("lora_int8", n, f"{n}/{n} fused" if fused else absent) for n in (1, 4)]
+        return {"wheel": wheel, "round": 1, "cases": cases}
+
+    document = {
+        "wheels": [{"id": "A"}, {"id": "B"}],
+        "host": {"gpus": []},
+        "runs": [run("A", fused=False), run("B", fused=True)],
+    }
+    rows = [r for r in report.summarize(document)["ops"] if r["variant"] == "lora_int8"]
+    assert {r["wheel"]: r["fusion"] for r in rows} == {"A": absent, "B": "4/4 fused"}

@@ -119,6 +119,14 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
         raise SuiteError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
 
 
+def finished_result(result_path: Path) -> bool:
+    """A worker's result file that it completed (it writes ``finished`` last)."""
+    try:
+        return "finished" in json.loads(result_path.read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def _host() -> dict[str, Any]:
     host: dict[str, Any] = {"platform": platform.platform(), "machine": platform.machine(), "python": sys.version}
     if shutil.which("nvidia-smi") is not None:
@@ -248,8 +256,12 @@ def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
             try:
                 _run.run(argv, env=_worker_env(options, env, wheel_index))
             except subprocess.CalledProcessError as exc:
-                msg = f"the bench worker for wheel {wheel_id} round {round_} failed (exit {exc.returncode})"
-                raise SuiteError(msg, tip="its output is above; earlier results stay in " + str(work)) from None
+                if not (exc.returncode < 0 and finished_result(result_path)):
+                    msg = f"the bench worker for wheel {wheel_id} round {round_} failed (exit {exc.returncode})"
+                    raise SuiteError(msg, tip="its output is above; earlier results stay in " + str(work)) from None
+                # Every case was measured and written; the runtime crashed while the process exited.
+                died = f"died at exit ({exc.returncode})"
+                log.warn(f"the bench worker for wheel {wheel_id} round {round_} finished, then {died}")
         result = json.loads(result_path.read_text())
         runs.append(result)
         order.append({"wheel": wheel_id, "round": round_, "started": result["started"], "finished": result["finished"]})

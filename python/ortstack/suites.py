@@ -92,6 +92,9 @@ class SuiteResult:
             return f"failed ({', '.join(lane.ep for lane in self.not_run)} not run)"
         if self.returncode == 0:
             return "passed"
+        if self.returncode < 0 and self.counts:
+            # pytest wrote its report, so the tests ran to the end: the process died while exiting.
+            return f"crashed ({_signal_name(-self.returncode)}) at exit, after the tests finished"
         if self.returncode < 0:
             return f"crashed ({_signal_name(-self.returncode)})"
         return f"failed (pytest exit {self.returncode})"

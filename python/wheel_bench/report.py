@@ -39,10 +39,12 @@ def _samples(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, list[f
     return out
 
 
-def _cases(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Case key -> the case's description from the first run that has it."""
+def _cases(document: dict[str, Any], wheel: str | None = None) -> dict[str, dict[str, Any]]:
+    """Case key -> the case's description from the first run (of ``wheel``, when given) that has it."""
     out: dict[str, dict[str, Any]] = {}
     for run in document["runs"]:
+        if wheel is not None and run["wheel"] != wheel:
+            continue
         for case in run["cases"]:
             out.setdefault(case["key"], case)
     return out
@@ -96,13 +98,14 @@ def _ops_table(
     The ratio to base compares the longest chains of the same wheel, M and capture mode: the ratio of
     medians with its bootstrap interval (``compare``), so a variant within base's spread says so.
     """
-    chains: dict[tuple[str, int, int, bool, bool], dict[int, dict[str, Any]]] = defaultdict(dict)
-    for key, case in _cases(document).items():
-        if case["level"] == "ops" and "error" not in case:
-            group = (case["variant"], case["m"], case["k"], case.get("adapter", True), case.get("capture", False))
-            chains[group][case["layers"]] = {"key": key, **case}
     out = []
     for wheel in (w["id"] for w in document["wheels"]):
+        # Per wheel: what a case found (fused nodes, its fusion note) differs between wheels.
+        chains: dict[tuple[str, int, int, bool, bool], dict[int, dict[str, Any]]] = defaultdict(dict)
+        for key, case in _cases(document, wheel).items():
+            if case["level"] == "ops" and "error" not in case:
+                group = (case["variant"], case["m"], case["k"], case.get("adapter", True), case.get("capture", False))
+                chains[group][case["layers"]] = {"key": key, **case}
         medians: dict[tuple[str, int, int, bool, bool], tuple[float, float | None, list[float]]] = {}
         for group, by_layers in chains.items():
             longest = max(by_layers)

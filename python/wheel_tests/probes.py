@@ -36,10 +36,21 @@ class ProbeResult:
 def run_probe(name: str, *args: str) -> ProbeResult:
     """Run probe ``name`` in a child interpreter and classify how it ended."""
     argv = [sys.executable, "-m", "wheel_tests.probes", name, *args]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
-    if done.returncode < 0:
-        return ProbeResult(outcome="crash", detail=signal.Signals(-done.returncode).name)
+    return classify(subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False))
+
+
+def classify(done: subprocess.CompletedProcess[str]) -> ProbeResult:
+    """How a probe child ended: its printed verdict, a crash, or an error."""
     lines = done.stdout.strip().splitlines()
+    if done.returncode < 0:
+        crash = signal.Signals(-done.returncode).name
+        if not lines:
+            return ProbeResult(outcome="crash", detail=crash)
+        # The probe answered, then the process died while exiting (a runtime's teardown): keep the
+        # answer, and say so, since that crash is a defect of its own.
+        data = json.loads(lines[-1])
+        detail = "; ".join(filter(None, [data["detail"], f"then {crash} at process exit"]))
+        return ProbeResult(outcome=data["outcome"], detail=detail)
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return ProbeResult(outcome="error", detail=f"probe exited {done.returncode}: {tail}")
