@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import one_error
-from ortstack import config, dawn_plan, ort_tree
+from ortstack import cmake_eval, config, dawn_plan, ort_tree
 from upstream import git
 
 if TYPE_CHECKING:
@@ -231,3 +231,16 @@ def test_the_dawn_options_and_patches_of_the_real_tree(project: RealProject, pla
         assert "DAWN_ENABLE_VULKAN" not in custom  # Dawn's own default: ON on Linux
     own = dawn_plan.ort_evaluation(tree, defines, platform, custom=False)
     assert dawn_plan.ort_patches(tree, own) == (("cmake/patches/dawn/dawn.patch",), ())
+
+
+def test_every_cmake_file_of_the_tree_is_read(project: RealProject) -> None:
+    # Escaped quotes in unquoted arguments (cmd /c … \"path\"), bracket comments and arguments:
+    # one reader serves the options, dependencies and Dawn decisions, so it must read them all.
+    cmake = project.root / "cache" / "sources" / V1_21_0 / "cmake"
+    files = [cmake / "CMakeLists.txt", *sorted(cmake.rglob("*.cmake"))]
+    commands = {p.relative_to(cmake).as_posix(): cmake_eval.parse(p.read_text(encoding="utf-8"), str(p)) for p in files}
+    assert len(commands) > 80  # the whole cmake/ folder, external/ included
+    arm64x = commands["arm64x.cmake"]
+    custom = next(c for c in arm64x if c.name == "add_custom_target")
+    assert any('\\"' in arg.text for arg in custom.args)  # the escape stays inside its word
+    assert [c.name for c in arm64x].count("endforeach") == [c.name for c in arm64x].count("foreach")

@@ -26,9 +26,6 @@ _UNARY = {"TARGET", "DEFINED", "EXISTS", "COMMAND", "POLICY", "IS_DIRECTORY"}
 _BINARY = {"STREQUAL", "MATCHES", "EQUAL", "LESS", "GREATER", "IN_LIST", "VERSION_LESS", "VERSION_GREATER"}
 _BLOCKS = {"function": "endfunction", "macro": "endmacro", "foreach": "endforeach", "while": "endwhile"}
 _VARIABLE = re.compile(r"\$\{([A-Za-z0-9_./+-]+)\}")
-_TOKEN = re.compile(
-    r'"((?:[^"\\]|\\[\s\S])*)"|(\()|(\))|([^\s()"#]+(?:"(?:[^"\\]|\\[\s\S])*"[^\s()"#]*)*)|(#[^\n]*)|(\s+)'
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,53 +43,93 @@ class Command:
 
 
 def parse(text: str, origin: str) -> list[Command]:
-    """The commands of a CMake file, in order (comments dropped, parentheses inside arguments kept)."""
+    """The commands of a CMake file, in order: comments dropped, ``(``/``)`` inside arguments kept as
+    arguments of their own, quoted and bracket arguments marked ``quoted``.
+
+    Read leniently, as the files of a pinned tree are: words not followed by ``(`` are skipped.
+    """
     commands: list[Command] = []
-    head = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
     position, length = 0, len(text)
     while position < length:
-        skip = re.compile(r"(?:\s+|#\[(=*)\[.*?\]\1\]|#[^\n]*)").match(text, position)
-        if skip and skip.end() > position:
-            position = skip.end()
-            continue
-        match = head.match(text, position)
-        if not match:
-            line = text.count("\n", 0, position) + 1
-            msg = f"{origin}:{line}: cannot read this CMake: {text[position : position + 40]!r}"
-            raise ConfigError(msg, tip="the pinned file has a shape ortstack does not read; please report it")
-        args, position = _arguments(text, match.end(), origin)
-        commands.append(
-            Command(name=match.group(1).lower(), args=tuple(args), line=text.count("\n", 0, match.start()) + 1)
-        )
+        char = text[position]
+        if char == "#":
+            position = _comment_end(text, position)
+        elif char.isalpha() or char == "_":
+            match = _NAME.match(text, position)
+            assert match is not None  # the branch tested the first character
+            opening = _OPENING.match(text, match.end())
+            if opening is None:
+                position = match.end()
+                continue
+            args, position = _arguments(text, opening.end(), origin)
+            line = text.count("\n", 0, match.start()) + 1
+            commands.append(Command(name=match.group(0).lower(), args=tuple(args), line=line))
+        else:
+            position += 1
     return commands
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OPENING = re.compile(r"[ \t]*\(")
+_BRACKET = re.compile(r"\[(=*)\[(.*?)\]\1\]", re.DOTALL)
+
+
+def _comment_end(text: str, position: int) -> int:
+    """Where a comment starting at ``text[position]`` (``#`` or ``#[[ … ]]``) ends."""
+    bracket = _BRACKET.match(text, position + 1)
+    if bracket:
+        return bracket.end()
+    end = text.find("\n", position)
+    return len(text) if end < 0 else end
+
+
+def _quoted_end(text: str, position: int) -> int:
+    """Index of the quote that closes the string opened at ``text[position]``."""
+    end = position + 1
+    while end < len(text) and text[end] != '"':
+        end += 2 if text[end] == "\\" else 1
+    return end
+
+
+def _word_end(text: str, position: int) -> int:
+    """Where an unquoted argument ends; it may hold escapes and quoted parts (cmake's ``a"b c"d``)."""
+    while position < len(text) and text[position] not in " \t\r\n()#":
+        if text[position] == "\\":  # an escape: \" or \( belongs to the word
+            position += 2
+        elif text[position] == '"':
+            position = _quoted_end(text, position) + 1
+        else:
+            position += 1
+    return position
+
+
 def _arguments(text: str, position: int, origin: str) -> tuple[list[Argument], int]:
+    """Arguments of a command whose ``(`` ends before ``position``, and the index after its ``)``."""
     args: list[Argument] = []
-    depth = 1
-    while position < len(text):
-        bracket = re.compile(r"\[(=*)\[(.*?)\]\1\]", re.DOTALL).match(text, position)
-        if bracket:
+    depth, length = 1, len(text)
+    while position < length:
+        char = text[position]
+        if char in " \t\r\n":
+            position += 1
+        elif char == "#":
+            position = _comment_end(text, position)
+        elif char == "[" and (bracket := _BRACKET.match(text, position)):
             args.append(Argument(text=bracket.group(2).removeprefix("\n"), quoted=True))
             position = bracket.end()
-            continue
-        match = _TOKEN.match(text, position)
-        if match is None:
-            break
-        position = match.end()
-        quoted, opening, closing, bare = match.group(1), match.group(2), match.group(3), match.group(4)
-        if quoted is not None:
-            args.append(Argument(text=quoted.replace('\\"', '"'), quoted=True))
-        elif opening:
-            depth += 1
-            args.append(Argument(text="(", quoted=False))
-        elif closing:
-            depth -= 1
+        elif char == '"':
+            end = _quoted_end(text, position)
+            args.append(Argument(text=text[position + 1 : end].replace('\\"', '"'), quoted=True))
+            position = end + 1
+        elif char in "()":
+            depth += 1 if char == "(" else -1
             if depth == 0:
-                return args, position
-            args.append(Argument(text=")", quoted=False))
-        elif bare is not None:
-            args.append(Argument(text=bare, quoted=False))
+                return args, position + 1
+            args.append(Argument(text=char, quoted=False))
+            position += 1
+        else:
+            end = _word_end(text, position)
+            args.append(Argument(text=text[position:end], quoted=False))
+            position = end
     line = text.count("\n", 0, position) + 1
     msg = f"{origin}:{line}: unbalanced parentheses"
     raise ConfigError(msg, tip="the pinned file could not be read as CMake")

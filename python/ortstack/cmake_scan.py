@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ortstack import cmake_eval
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from pathlib import Path
@@ -47,72 +49,11 @@ class Command:
 
 
 def parse_commands(text: str, file: str) -> list[Command]:
-    """Split cmake source into its commands (``name(args)``), comments and strings understood."""
-    commands: list[Command] = []
-    i, n, line = 0, len(text), 1
-    while i < n:
-        char = text[i]
-        if char == "\n":
-            line += 1
-            i += 1
-        elif char == "#":
-            bracket = re.match(r"#\[(=*)\[", text[i:])
-            end = text.find(f"]{bracket.group(1)}]", i) if bracket else text.find("\n", i)
-            end = n if end < 0 else end
-            line += text.count("\n", i, end)
-            i = end
-        elif char.isalpha() or char == "_":
-            match = re.match(r"[A-Za-z_]\w*", text[i:])
-            assert match is not None  # the branch tested the first character
-            name, i = match.group(0), i + match.end()
-            while i < n and text[i] in " \t":
-                i += 1
-            if i >= n or text[i] != "(":
-                continue
-            start_line = line
-            args, i, line = _arguments(text, i + 1, line)
-            commands.append(Command(name=name.lower(), args=tuple(args), file=file, line=start_line))
-        else:
-            i += 1
-    return commands
-
-
-def _quoted(text: str, i: int) -> int:
-    """Index of the quote closing the string that starts at ``text[i]``."""
-    end = i + 1
-    while end < len(text) and text[end] != '"':
-        end += 2 if text[end] == "\\" else 1
-    return end
-
-
-def _arguments(text: str, i: int, line: int) -> tuple[list[str], int, int]:
-    """Arguments of a command whose ``(`` was just read; returns them, the index after ``)`` and the line."""
-    args: list[str] = []
-    depth, current, n = 0, "", len(text)
-    while i < n:
-        char = text[i]
-        if char == '"':
-            end = _quoted(text, i)
-            current += text[i + 1 : end]
-            line += text.count("\n", i, end)
-            i = end + 1
-            continue
-        if char == "#" and not current:
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        if char in " \t\n\r" or (char == ")" and depth == 0):
-            if current:
-                args.append(current)
-                current = ""
-            line += char == "\n"
-            if char == ")":
-                return args, i + 1, line
-        else:
-            depth += (char == "(") - (char == ")")
-            current += char
-        i += 1
-    return args, n, line
+    """The commands of a cmake file (``cmake_eval.parse``), with the file each came from."""
+    return [
+        Command(name=c.name, args=tuple(a.text for a in c.args), file=file, line=c.line)
+        for c in cmake_eval.parse(text, file)
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
