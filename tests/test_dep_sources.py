@@ -18,13 +18,13 @@ from clirun import one_error
 from ortstack import dep_sources
 from ortstack.deps import Dependency
 from test_build import Project, assert_ok, make_project, run_in_fresh_venv
-from upstream import PACKAGES, git
+from upstream import MINI_DEP_PATH, PACKAGES, git
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from upstream import Upstream
+    from upstream import LoopbackServer, Upstream
 
 pytestmark = [pytest.mark.compile, pytest.mark.network, pytest.mark.slow]
 
@@ -196,3 +196,54 @@ def test_a_local_checkout_off_the_pin_is_refused(local_build: tuple[Project, Pat
     line = one_error(project.ortstack("build", "--dep-source", f"mini_dep={moved}"), 4)
     assert "but deps.txt pins tag v1.0" in line
     assert f"git -C {moved} checkout v1.0" in project.ortstack("build", "--dep-source", f"mini_dep={moved}").stderr
+
+
+def _tree_mirror_commit(upstream: Upstream) -> str:
+    """mini_ort shaped like onnxruntime 1.21: no mirror option, deps looked up under <tree>/mirror."""
+    cmake = upstream.file_at(upstream.commit, "cmake/CMakeLists.txt").decode()
+    option = next(line for line in cmake.splitlines() if line.startswith("set(onnxruntime_CMAKE_DEPS_MIRROR_DIR"))
+    cmake = cmake.replace(option + "\n", "")
+    cmake = cmake.replace('"${onnxruntime_CMAKE_DEPS_MIRROR_DIR}/" dep_local', '"${REPO_ROOT}/mirror/" dep_local')
+    cmake = cmake.replace(
+        'if(onnxruntime_CMAKE_DEPS_MIRROR_DIR AND EXISTS "${dep_local}")', 'if(EXISTS "${dep_local}")'
+    )
+    assert "onnxruntime_CMAKE_DEPS_MIRROR_DIR" not in cmake
+    return upstream.add_pull_request(
+        9102, {"cmake/CMakeLists.txt": cmake}, "The deps mirror as onnxruntime 1.21 reads it"
+    )
+
+
+def test_a_tree_that_reads_its_mirror_from_the_tree_gets_it_there(
+    tmp_path: Path, upstream: Upstream, server: LoopbackServer, cli_env: dict[str, str]
+) -> None:
+    project = make_project(tmp_path / "project", upstream, cli_env, extra=WEBGPU_ONLY)
+    stack = project.root / "stack.toml"
+    stack.write_text(stack.read_text().replace(upstream.commit, _tree_mirror_commit(upstream)), encoding="utf-8")
+    assert_ok(project.ortstack("fetch", "--deps"))
+    assert_ok(project.ortstack("patch"))
+    served = server.requests(MINI_DEP_PATH)
+    assert_ok(project.ortstack("build"))
+    # Configure took mini_dep from <tree>/mirror (nothing more was downloaded), and no mirror option
+    # the tree does not read reached its cmake.
+    assert server.requests(MINI_DEP_PATH) == served
+    host = upstream.mini_dep_url.split("://")[1]
+    assert (project.work / "prepared" / "webgpu" / "mirror").joinpath(*host.split("/")).is_file()
+    info = project.ortstack("inspect", str(next(project.dist.glob("*.whl"))))
+    assert "onnxruntime_CMAKE_DEPS_MIRROR_DIR" not in info.stdout
+    assert '"onnxruntime_USE_WEBGPU": "ON"' in info.stdout
+
+
+def test_an_installed_dependency_is_neither_mirrored_nor_required(
+    tmp_path: Path, upstream: Upstream, cli_env: dict[str, str]
+) -> None:
+    project = make_project(
+        tmp_path / "project", upstream, cli_env, extra=WEBGPU_ONLY + "\n[deps.mini_dep]\ninstalled = true\n"
+    )
+    assert_ok(project.ortstack("fetch", "--deps"))
+    assert_ok(project.ortstack("patch"))
+    mirror = project.root / "cache" / "deps-mirror"
+    assert not [p for p in mirror.rglob("*") if p.is_file() and "mini_dep" in p.name]
+    plan = project.ortstack("build", "--plan")
+    assert plan.returncode == 0, plan.stderr
+    row = next(line for line in (plan.stdout + plan.stderr).splitlines() if "mini_dep" in line)
+    assert "installed package (find_package)" in row
