@@ -117,18 +117,23 @@ def _matmul_nbits(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
     return "ok", f"{args.bits}-bit {args.dtype} output matches the reference"
 
 
-def _paged_attention(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
-    """Plain PagedAttention (no Q/K norm) against the reference: is the kernel registered on the EP?"""
+def _paged_run(ep: str, *, qk_norm: bool) -> tuple[Outcome, str]:
+    """PagedAttention (with or without per-head Q/K norm) against the reference: output and caches."""
     from wheel_tests import eps, paged  # noqa: PLC0415
 
-    inputs = paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=False)
-    session = eps.make_session(paged.model(qk_norm=False), cast("eps.EpKind", ep))
+    inputs = paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=qk_norm)
+    session = eps.make_session(paged.model(qk_norm=qk_norm), cast("eps.EpKind", ep))
     outputs = [np.asarray(o) for o in session.run(None, paged.feeds(inputs))]
     try:
         paged.check(outputs, inputs)
     except AssertionError as exc:
         return "mismatch", str(exc)
     return "ok", "output and caches match the reference"
+
+
+def _paged_attention(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
+    """Plain PagedAttention (no Q/K norm) against the reference: is the kernel registered on the EP?"""
+    return _paged_run(ep, qk_norm=False)
 
 
 def _qlora_empty_defaults(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
@@ -200,7 +205,8 @@ def _qlora_capture(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
     binding.bind_ortvalue_output("Y", y)
     for step, name in enumerate(CAPTURE_SWITCHES, start=1):
         for key, array in adapters[name].items():
-            values[key].update_inplace(array)
+            # Older onnxruntime (1.23 and 1.25 here) copies update_inplace's buffer as if C-contiguous.
+            values[key].update_inplace(np.ascontiguousarray(array))
         session.run_with_iobinding(binding)
         got = np.asarray(binding.copy_outputs_to_cpu()[0])
         (want,) = uncaptured.run(None, {"X": x, **adapters[name]})
@@ -215,16 +221,7 @@ def _qlora_capture(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
 
 def _qk_norm(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
     """PagedAttention with per-head Q/K RMSNorm weights against the reference (output and caches)."""
-    from wheel_tests import eps, paged  # noqa: PLC0415
-
-    inputs = paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=True)
-    session = eps.make_session(paged.model(qk_norm=True), cast("eps.EpKind", ep))
-    outputs = [np.asarray(o) for o in session.run(None, paged.feeds(inputs))]
-    try:
-        paged.check(outputs, inputs)
-    except AssertionError as exc:
-        return "mismatch", str(exc)
-    return "ok", "output and caches match the reference"
+    return _paged_run(ep, qk_norm=True)
 
 
 PROBES: dict[str, Callable[[str, argparse.Namespace], tuple[Outcome, str]]] = {
