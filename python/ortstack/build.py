@@ -31,6 +31,7 @@ from ortstack import (
     __version__,
     _run,
     dawn,
+    dawn_plan,
     dep_sources,
     deps,
     diskspace,
@@ -213,7 +214,20 @@ def plan_rows(settings: Settings, stack: Stack, variant: Variant, request: Build
         decided = "" if need.decided else "; configure decides, kept"
         patches = f"; applies {', '.join(Path(p).name for p in need.patches)}" if need.patches else ""
         rows.append(["dependency", need.name, f"{origin}{patches}{decided}"])
-    return rows
+    return rows + _dawn_rows(settings, tree, tree_plan, local.get("dawn"))
+
+
+def _dawn_rows(settings: Settings, tree: Path, tree_plan: ort_tree.TreePlan, local: Path | None) -> list[list[str]]:
+    """The third-party folders Dawn's build uses, at their DEPS commits, once Dawn's sources are at hand."""
+    dependency = next((d for d in tree_plan.dependencies if d.name == "dawn"), None)
+    if dependency is None or not dawn.uses_dawn(tree_plan.defines):
+        return []
+    try:
+        source = dawn.source_of(dependency, deps.mirror_path(settings), local)
+    except FetchError as exc:
+        return [["Dawn folder", "(not read yet)", exc.message]]
+    found = dawn_plan.plan(tree, tree_plan.defines, series.host_platform(), source, dawn.revision_of(dependency))
+    return [["Dawn folder", entry.path, entry.commit] for entry in found.third_party]
 
 
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
