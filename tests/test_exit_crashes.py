@@ -57,3 +57,32 @@ def test_a_suite_that_crashed_at_exit_still_fails_and_says_its_tests_finished() 
     assert after.outcome == "crashed (SIGSEGV) at exit, after the tests finished"
     during = suites.SuiteResult(wheel_set=wheel_set, returncode=-11, seconds=1.0)
     assert during.outcome == "crashed (SIGSEGV)"
+
+
+def test_the_suite_plugin_names_the_test_a_crash_killed(tmp_path: Path) -> None:
+    # A real pytest with the suites' plugin; the second test dies as an EP's SIGSEGV would.
+    (tmp_path / "test_crash.py").write_text(
+        f"def test_fine():\n    pass\n\ndef test_dies():\n    {CRASH}\n\ndef test_never_reached():\n    pass\n",
+        encoding="utf-8",
+    )
+    running = tmp_path / "running.txt"
+    argv = [sys.executable, "-m", "pytest", "-p", "wheel_tests.plugin", "-p", "no:cacheprovider", "-q"]
+    argv += ["--ep=cpu", f"--running-file={running}", "test_crash.py"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode < 0, done.stdout + done.stderr
+    assert running.read_text(encoding="utf-8") == "test_crash.py::test_dies"
+    wheel_set = suites.WheelSet(label="w", requirements=("w.whl",), eps=("cpu",))
+    result = suites.SuiteResult(
+        wheel_set=wheel_set, returncode=done.returncode, seconds=1.0, crashed_in="test_crash.py::test_dies"
+    )
+    assert result.outcome == "crashed (SIGSEGV) in test_crash.py::test_dies"
+
+
+def test_between_tests_the_running_file_is_empty(tmp_path: Path) -> None:
+    (tmp_path / "test_fine.py").write_text("def test_one():\n    pass\n", encoding="utf-8")
+    running = tmp_path / "running.txt"
+    argv = [sys.executable, "-m", "pytest", "-p", "wheel_tests.plugin", "-p", "no:cacheprovider", "-q"]
+    argv += ["--ep=cpu", f"--running-file={running}", "test_fine.py"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert running.read_text(encoding="utf-8") == ""

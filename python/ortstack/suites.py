@@ -74,6 +74,8 @@ class SuiteResult:
     """``N passed, M not run, K failed`` from the run's JUnit report ("" if pytest wrote none)."""
     lanes: tuple[Lane, ...] = ()
     """Each EP the run asked for, as the suite's plugin reported it (empty if pytest wrote none)."""
+    crashed_in: str = ""
+    """The test running when the process died (empty when it died between tests, or did not)."""
 
     @property
     def not_run(self) -> tuple[Lane, ...]:
@@ -92,6 +94,8 @@ class SuiteResult:
             return f"failed ({', '.join(lane.ep for lane in self.not_run)} not run)"
         if self.returncode == 0:
             return "passed"
+        if self.returncode < 0 and self.crashed_in:
+            return f"crashed ({_signal_name(-self.returncode)}) in {self.crashed_in}"
         if self.returncode < 0 and self.counts:
             # pytest wrote its report, so the tests ran to the end: the process died while exiting.
             return f"crashed ({_signal_name(-self.returncode)}) at exit, after the tests finished"
@@ -257,16 +261,19 @@ def run_suite(
     with tempfile.TemporaryDirectory(prefix="ortstack-suite-") as outside:
         report = Path(outside) / "junit.xml"
         lanes_report = Path(outside) / "lanes.json"
-        argv += [f"--junitxml={report}", f"--lanes-json={lanes_report}"]
+        running = Path(outside) / "running.txt"
+        argv += [f"--junitxml={report}", f"--lanes-json={lanes_report}", f"--running-file={running}"]
         done = _run.run(argv, cwd=Path(outside), env=child_env, check=False, timeout=PYTEST_TIMEOUT_S)
         counts = _junit_counts(report)
         lanes = _lanes(lanes_report)
+        crashed_in = running.read_text(encoding="utf-8").strip() if done.returncode < 0 and running.is_file() else ""
     return SuiteResult(
         wheel_set=wheel_set,
         returncode=done.returncode,
         seconds=time.perf_counter() - start,
         counts=counts,
         lanes=lanes,
+        crashed_in=crashed_in,
     )
 
 

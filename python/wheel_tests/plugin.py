@@ -15,7 +15,7 @@ import pytest
 from wheel_tests import capabilities, eps
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Generator
 
     from _pytest.terminal import TerminalReporter
 
@@ -37,6 +37,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--lanes-json",
         metavar="PATH",
         help="write each requested EP's lane (run or not, and why) to PATH as JSON, for `ortstack test`",
+    )
+    group.addoption(
+        "--running-file",
+        metavar="PATH",
+        help="keep the id of the test running now in PATH (empty between tests): names the test a crash killed",
     )
 
 
@@ -102,6 +107,20 @@ def record_baseline(request: pytest.FixtureRequest) -> Callable[[str], None]:
 def record_feature(request: pytest.FixtureRequest) -> Callable[[capabilities.Feature], None]:
     """Settle a feature-matrix row that only a test can decide; listed at the end of the run."""
     return request.config.stash[FEATURES_KEY].append
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:  # noqa: ARG001
+    """Keep the running test's id in ``--running-file``: a runtime crash (an EP's SIGSEGV) takes the
+    process with it before any report is written, and this names the test it killed."""
+    path = item.config.getoption("--running-file")
+    if path:
+        Path(path).write_text(item.nodeid, encoding="utf-8")
+    try:
+        return (yield)
+    finally:
+        if path:
+            Path(path).write_text("", encoding="utf-8")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
