@@ -202,13 +202,13 @@ def plan_rows(settings: Settings, stack: Stack, variant: Variant, request: Build
     mirror = (tree / ort_tree.TREE_MIRROR_DIR) if not tree_plan.mirror_define else deps.mirror_path(settings)
     rows = [["option", name, value] for name, value in sorted(tree_plan.defines.items())]
     rows += [["not read by this tree", *item.split("=", 1)] for item in tree_plan.left_out]
-    for need in tree_plan.needed:
-        if need.name in local:
+    for need in tree_plan.needed:  # in the order of precedence dep_sources.plan_sources applies
+        if dep_sources.is_installed(stack, need.name):
+            origin = "installed package (find_package)"
+        elif need.name in local:
             origin = (
                 f"local {local[need.name]} ({dep_sources.check_pin(need.dependency, local[need.name], settings.env)})"
             )
-        elif need.name in stack.deps and stack.deps[need.name].installed:
-            origin = "installed package (find_package)"
         else:
             origin = f"mirror {mirror}"
         decided = "" if need.decided else "; configure decides, kept"

@@ -178,7 +178,8 @@ def declared_sources(stack: Stack, cli: Mapping[str, Path]) -> dict[str, Path]:
     return {**found, **{name: path.resolve() for name, path in cli.items()}}
 
 
-def _installed(stack: Stack, name: str) -> bool:
+def is_installed(stack: Stack, name: str) -> bool:
+    """``[deps.NAME] installed = true``: cmake's find_package takes it (before any local source)."""
     entry = stack.deps.get(name)
     return entry is not None and entry.installed
 
@@ -206,7 +207,7 @@ def plan_sources(
     prepared: list[PreparedSource] = []
     installed: list[str] = []
     for need in tree_plan.needed:
-        if _installed(stack, need.name):
+        if is_installed(stack, need.name):
             installed.append(need.name)
         elif need.name in local and need.name != "dawn":
             source = prepare(need, local[need.name], tree=tree, cache=cache, env=env)
@@ -238,7 +239,7 @@ def wanted_from_mirror(settings: Settings, stack: Stack, tree: Path, local: Mapp
             log.warn(f"not mirroring for {exc.message} (`ortstack build` refuses it)")
             continue
         for need in tree_plan.needed:
-            if need.name not in local and not _installed(stack, need.name):
+            if need.name not in local and not is_installed(stack, need.name):
                 wanted[need.dependency.url] = need.dependency
     return list(wanted.values())
 
