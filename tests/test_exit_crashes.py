@@ -31,9 +31,10 @@ def test_a_probe_that_answered_then_crashed_at_exit_keeps_its_answer() -> None:
     answered = _child(f"import json; print(json.dumps({{'outcome': 'ok', 'detail': ''}}), flush=True); {CRASH}")
     assert answered.returncode < 0
     result = probes.classify(answered)
-    assert (result.outcome, result.detail) == ("ok", "then SIGSEGV at process exit")
+    assert (result.outcome, result.detail, result.exit_crash) == ("ok", "", "SIGSEGV")
+    assert result.describe() == "ok; then SIGSEGV at process exit"
     silent = probes.classify(_child(CRASH))
-    assert (silent.outcome, silent.detail) == ("crash", "SIGSEGV")
+    assert (silent.outcome, silent.detail, silent.exit_crash) == ("crash", "SIGSEGV", None)
 
 
 def test_the_empty_adapter_check_keeps_a_verdict_printed_before_a_crash_at_exit() -> None:

@@ -28,9 +28,12 @@ class ProbeResult:
     outcome: Outcome
     """ok: ran and matched; error: refused with an exception; crash: killed by a signal; mismatch: wrong numbers."""
     detail: str
+    exit_crash: str | None = None
+    """The signal that killed the child after it had answered (a runtime's teardown), if one did."""
 
     def describe(self) -> str:
-        return f"{self.outcome}: {self.detail}" if self.detail else self.outcome
+        text = f"{self.outcome}: {self.detail}" if self.detail else self.outcome
+        return f"{text}; then {self.exit_crash} at process exit" if self.exit_crash else text
 
 
 def run_probe(name: str, *args: str) -> ProbeResult:
@@ -49,8 +52,7 @@ def classify(done: subprocess.CompletedProcess[str]) -> ProbeResult:
         # The probe answered, then the process died while exiting (a runtime's teardown): keep the
         # answer, and say so, since that crash is a defect of its own.
         data = json.loads(lines[-1])
-        detail = "; ".join(filter(None, [data["detail"], f"then {crash} at process exit"]))
-        return ProbeResult(outcome=data["outcome"], detail=detail)
+        return ProbeResult(outcome=data["outcome"], detail=data["detail"], exit_crash=crash)
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return ProbeResult(outcome="error", detail=f"probe exited {done.returncode}: {tail}")
