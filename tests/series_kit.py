@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
-from ortstack import config, patchfile
+from ortstack import config
 from ortstack.cache import make_read_only
+from ortstack.patches import patchfile
 from upstream import GIT_ENV_FIXED
 
 if TYPE_CHECKING:

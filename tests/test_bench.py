@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import one_error
-from ortstack import vulkan
-from ortstack.bench import OP_VARIANTS, interleaved_order
+from ortstack.suites import vulkan
+from ortstack.suites.bench import OP_VARIANTS, interleaved_order
 from wheel_bench import ops, report
 
 if TYPE_CHECKING:

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import error_lines, one_error
-from ortstack import cmake_eval, dawn_plan, variants
+from ortstack.build import variants
 from ortstack.config import Variant
 from ortstack.errors import ConfigError
+from ortstack.source import cmake_eval, dawn_plan
 from test_build import assert_ok, make_project
 from upstream import DAWN_LINUX_NEEDS, MINI_DAWN_PATH, deterministic_zip, git, render_mini_dawn
 

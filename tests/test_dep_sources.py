@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import one_error
-from ortstack import dep_sources
-from ortstack.deps import Dependency
+from ortstack.source import dep_sources
+from ortstack.source.deps import Dependency
 from test_build import Project, assert_ok, make_project, run_in_fresh_venv
 from upstream import MINI_DEP_PATH, PACKAGES, git
 

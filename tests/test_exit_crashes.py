@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from ortstack import bench, suites
+from ortstack.suites import bench, suites
 from wheel_bench import ops
 from wheel_tests import probes
 

@@ -17,10 +17,11 @@ import filelock
 import pytest
 
 from clirun import RunOrtstack, one_error
-from ortstack import fetch, settings
+from ortstack import settings
 from ortstack.cache import Cache
 from ortstack.config import load
 from ortstack.errors import ChecksumError, FetchError
+from ortstack.source import fetch
 from upstream import Fault, LoopbackServer, Upstream, git, stack_toml
 
 if TYPE_CHECKING:

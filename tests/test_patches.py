@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 import pytest
 from filelock import FileLock
 
-from ortstack import _git, patchfile, prepare
+from ortstack import _git
 from ortstack.errors import DiskSpaceError, LockBusyError, PatchError
 from ortstack.lockfile import Lock
+from ortstack.patches import patchfile, prepare
 from series_kit import (
     EMPTY_WEIGHTS,
     MATMUL,

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ortstack import _git, config, export, patch_status, patchfile, prepare
+from ortstack import _git, config
 from ortstack.errors import PatchError
 from ortstack.lockfile import Lock
+from ortstack.patches import export, patch_status, patchfile, prepare
 from series_kit import EMPTY_WEIGHTS, PAGED, QK_NORM, TELEMETRY_SKIP, Project, commit_edits, extract, format_patch
 
 if TYPE_CHECKING:

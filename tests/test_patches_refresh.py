@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 import github_like
-from ortstack import _git, cli, config, patchfile, prepare, refresh
+from ortstack import _git, cli, config
 from ortstack.errors import ConfigError, PatchError
 from ortstack.lockfile import Lock
+from ortstack.patches import patchfile, prepare, refresh
 from series_kit import EMPTY_WEIGHTS, MATMUL, QK_NORM, Project, commit_edits, extract, git_out, tree_of
 
 if TYPE_CHECKING:

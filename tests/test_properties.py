@@ -26,8 +26,10 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ortstack import archive, config, patchfile, patchpaths
+from ortstack import config
 from ortstack.errors import OrtstackError
+from ortstack.patches import patchfile, patchpaths
+from ortstack.source import archive
 from test_config import FULL
 from test_faults_patches import git_binary_literal
 from upstream import GIT_ENV_FIXED

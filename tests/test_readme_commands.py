@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import one_error
-from ortstack import vulkan
+from ortstack.suites import vulkan
 
 if TYPE_CHECKING:
     from clirun import RunOrtstack

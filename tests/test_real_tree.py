@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import one_error
-from ortstack import cmake_eval, config, dawn_plan, ort_tree
+from ortstack import config
+from ortstack.source import cmake_eval, dawn_plan, ort_tree
 from upstream import git
 
 if TYPE_CHECKING:

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ortstack import sccache_dist
+from ortstack.build import sccache_dist
+from ortstack.build.toolchain import Toolchain
 from ortstack.config import BuildOptions
 from ortstack.errors import ConfigError
-from ortstack.toolchain import Toolchain
 
 if TYPE_CHECKING:
     from pathlib import Path

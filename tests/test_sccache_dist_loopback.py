@@ -26,8 +26,8 @@ import pytest
 import dist_cluster
 from clirun import one_error
 from dist_cluster import CLIENT_TOKEN, WAIT_SECONDS, Cluster, free_port
-from ortstack import sccache_dist
-from ortstack.buildinfo import BUILD_INFO_NAME
+from ortstack.build import sccache_dist
+from ortstack.build.buildinfo import BUILD_INFO_NAME
 from test_build import VARIANTS, assert_ok
 from upstream import stack_toml
 

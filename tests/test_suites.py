@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import one_error
-from ortstack import suites
 from ortstack.errors import NotAWheelError, SuiteError
+from ortstack.suites import suites
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ortstack import venv
-from ortstack.buildinfo import BUILD_INFO_NAME, BuildInfo
+from ortstack.build.buildinfo import BUILD_INFO_NAME, BuildInfo
+from ortstack.suites import venv
 
 if TYPE_CHECKING:
     import os

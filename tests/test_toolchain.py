@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from clirun import one_error
-from ortstack import toolchain
+from ortstack.build import toolchain
 from ortstack.config import BuildOptions
 from ortstack.errors import BuildError, ConfigError
 from upstream import stack_toml

@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ortstack import build, cmake_scan, config, deps, ort_tree, variants
+from ortstack import config
+from ortstack.build import build, variants
 from ortstack.config import Variant
 from ortstack.errors import ConfigError
+from ortstack.source import cmake_scan, deps, ort_tree
 from upstream import PACKAGES
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ortstack import wgsl
 from ortstack.settings import Settings
+from ortstack.source import wgsl
 from upstream import LoopbackServer
 
 if TYPE_CHECKING:

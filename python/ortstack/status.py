@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from ortstack import _run, fetch
+from ortstack import _run
 from ortstack.lockfile import Lock
+from ortstack.source import fetch
 
 if TYPE_CHECKING:
     from ortstack.cache import Cache
@@ -45,8 +46,8 @@ SectionFunction = Callable[[StatusContext], "Section | None"]
 SECTIONS: tuple[str, ...] = (
     "ortstack.status:pin_section",
     "ortstack.status:cache_section",
-    "ortstack.patch_status:section",
-    "ortstack.build_status:section",
+    "ortstack.patches.patch_status:section",
+    "ortstack.build.build_status:section",
 )
 
 

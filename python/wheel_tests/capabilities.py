@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 import onnxruntime as ort
 
-from ortstack.buildinfo import BuildInfo, read_from_installed
+from ortstack.build.buildinfo import BuildInfo, read_from_installed
 from wheel_tests import eps
 from wheel_tests.probes import ProbeResult, run_probe
 

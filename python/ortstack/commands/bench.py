@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import bench, log
+from ortstack import log
 from ortstack.commands import add_install_options, install_args
+from ortstack.suites import bench
 
 if TYPE_CHECKING:
     from ortstack.settings import Settings

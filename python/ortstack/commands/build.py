@@ -1,4 +1,4 @@
-"""``ortstack build``: wheels for the variants from their prepared trees (thin; the work is in ortstack.build)."""
+"""``ortstack build``: wheels for the variants from their prepared trees (thin; the work is in ortstack.build.build)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import build, config, dep_sources, log
+from ortstack import config, log
+from ortstack.build import build
+from ortstack.source import dep_sources
 
 if TYPE_CHECKING:
     from ortstack.settings import Settings

@@ -1,12 +1,14 @@
-"""``ortstack fetch``: the pinned onnxruntime source into the cache (thin; the work is in ortstack.fetch)."""
+"""``ortstack fetch``: the pinned onnxruntime source into the cache (thin; the work is in ortstack.source.fetch)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import config, dawn, dep_sources, deps, fetch, log, ort_tree, series, wgsl
+from ortstack import config, log
 from ortstack.errors import ConfigError
+from ortstack.patches import series
+from ortstack.source import dawn, dep_sources, deps, fetch, ort_tree, wgsl
 
 if TYPE_CHECKING:
     import argparse

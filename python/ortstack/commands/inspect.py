@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import buildinfo, log, wheelfile
+from ortstack import log, wheelfile
+from ortstack.build import buildinfo
 
 if TYPE_CHECKING:
     import argparse

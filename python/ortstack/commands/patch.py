@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import config, export, fetch, log, prepare, refresh, series
+from ortstack import config, log
 from ortstack.lockfile import Lock
+from ortstack.patches import export, prepare, refresh, series
+from ortstack.source import fetch
 
 if TYPE_CHECKING:
     import argparse

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ortstack import config, log, patchfile, refresh, series
+from ortstack import config, log
 from ortstack.errors import OrtstackError, PatchError
 from ortstack.lockfile import Lock
+from ortstack.patches import patchfile, refresh, series
 
 if TYPE_CHECKING:
     import argparse

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import log, preflight, suites
+from ortstack import log
 from ortstack.commands import add_install_options, install_args
 from ortstack.errors import UsageError
+from ortstack.suites import preflight, suites
 
 if TYPE_CHECKING:
     import argparse

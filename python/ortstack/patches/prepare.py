@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ortstack import _git, diskspace, locks, log, patchfile, patchpaths, series
+from ortstack import _git, diskspace, locks, log
 from ortstack.cache import remove_tree
 from ortstack.errors import PatchError, UnsafePatchError
+from ortstack.patches import patchfile, patchpaths, series
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from ortstack import cmake_eval
 from ortstack.errors import ConfigError, FetchError
+from ortstack.source import cmake_eval
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

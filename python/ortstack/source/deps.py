@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ortstack import download, fetch
 from ortstack.errors import ConfigError, FetchError
+from ortstack.source import download, fetch
 
 if TYPE_CHECKING:
     from ortstack.cache import Cache

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import tomlkit
 
-from ortstack import _git, log, patchfile, prepare
+from ortstack import _git, log
 from ortstack.errors import PatchError
 from ortstack.lockfile import write_atomic
+from ortstack.patches import patchfile, prepare
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

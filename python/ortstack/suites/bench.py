@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import wheel_bench
-from ortstack import _run, log, venv, vulkan
+from ortstack import _run, log
 from ortstack.errors import SuiteError
+from ortstack.suites import venv, vulkan
 from wheel_bench import report
 
 if TYPE_CHECKING:

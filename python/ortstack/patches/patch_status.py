@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ortstack import patchfile, prepare, series
 from ortstack.errors import PatchError
 from ortstack.lockfile import Lock
+from ortstack.patches import patchfile, prepare, series
 from ortstack.status import Section
 
 if TYPE_CHECKING:

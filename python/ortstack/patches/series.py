@@ -10,8 +10,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ortstack import patchfile
 from ortstack.errors import PatchError
+from ortstack.patches import patchfile
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -27,27 +27,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import (
-    __version__,
-    _run,
-    dawn,
-    dawn_plan,
-    dep_sources,
-    deps,
-    diskspace,
-    fetch,
-    log,
-    ort_tree,
-    prepare,
-    sccache_dist,
-    series,
-    toolchain,
-    variants,
-    wgsl,
-    wheel,
-)
-from ortstack.buildinfo import BuildInfo, PatchInfo
+from ortstack import __version__, _run, diskspace, log
+from ortstack.build import sccache_dist, toolchain, variants, wheel
+from ortstack.build.buildinfo import BuildInfo, PatchInfo
 from ortstack.errors import BuildError, FetchError
+from ortstack.patches import prepare, series
+from ortstack.source import dawn, dawn_plan, dep_sources, deps, fetch, ort_tree, wgsl
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

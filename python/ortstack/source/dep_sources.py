@@ -22,19 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import _run, deps, diskspace, fetch, log, ort_tree, series
+from ortstack import _run, diskspace, log
 from ortstack.cache import make_read_only, remove_tree
 from ortstack.errors import ConfigError, FetchError, PatchError
 from ortstack.lockfile import write_atomic
+from ortstack.patches import series
+from ortstack.source import deps, fetch, ort_tree
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ortstack.cache import Cache
     from ortstack.config import Stack
-    from ortstack.deps import Dependency
-    from ortstack.ort_tree import NeededDependency, TreePlan
     from ortstack.settings import Settings
+    from ortstack.source.deps import Dependency
+    from ortstack.source.ort_tree import NeededDependency, TreePlan
 
 COMMIT_IN_URL = re.compile(r"/archive/([0-9a-f]{40})(?:[/.]|$)")
 TAG_IN_URL = re.compile(r"/(?:archive/refs/tags|releases/download)/([^/]+?)(?:\.zip|\.tar\.gz|/|$)")

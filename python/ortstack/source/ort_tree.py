@@ -15,8 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ortstack import cmake_scan, deps, variants
+from ortstack.build import variants
 from ortstack.errors import ConfigError
+from ortstack.source import cmake_scan, deps
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Literal
 
 import tomlkit
 
-from ortstack import _git, log, patchfile, series
+from ortstack import _git, log
 from ortstack.errors import FetchError, PatchError
 from ortstack.lockfile import write_atomic
+from ortstack.patches import patchfile, series
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

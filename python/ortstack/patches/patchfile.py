@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchSet
 
-from ortstack import patchpaths
 from ortstack.errors import PatchError
+from ortstack.patches import patchpaths
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ortstack import buildinfo, series, variants, wheel
+from ortstack.build import buildinfo, variants, wheel
 from ortstack.errors import OrtstackError
+from ortstack.patches import series
 from ortstack.status import Section
 
 if TYPE_CHECKING:

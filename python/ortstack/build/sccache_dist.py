@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from ortstack import _run, log, toolchain, wheel
+from ortstack import _run, log
+from ortstack.build import toolchain, wheel
 from ortstack.errors import BuildError, ConfigError
 from ortstack.settings import truthy
 

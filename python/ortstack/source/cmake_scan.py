@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from ortstack import cmake_eval
+from ortstack.source import cmake_eval
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
+import ortstack
 from ortstack import _run
-from ortstack.buildinfo import BUILD_INFO_NAME
+from ortstack.build.buildinfo import BUILD_INFO_NAME
 from ortstack.errors import BuildError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ortstack.variants import WheelPlan
+    from ortstack.build.variants import WheelPlan
 
 # Libraries a wheel may depend on without carrying them: the GPU driver loader belongs to the system,
 # as onnxruntime's own plugin EP wheel script decides for auditwheel.
@@ -37,7 +38,8 @@ PACKAGE_INFO_NAME = "build_and_package_info.py"
 
 def project_template_root(project_root: Path) -> Path:
     """The folder with the template ``pyproject.toml`` and ``cpp_ext/``: the project, else ortstack's checkout."""
-    for candidate in (project_root, Path(__file__).resolve().parents[2]):
+    # ortstack's checkout: python/ortstack/ is two levels below it.
+    for candidate in (project_root, Path(ortstack.__file__).resolve().parents[2]):
         if (candidate / "cpp_ext" / "CMakeLists.txt").is_file() and (candidate / "pyproject.toml").is_file():
             return candidate
     msg = f"no wheel project (pyproject.toml + cpp_ext/CMakeLists.txt) in {project_root}"

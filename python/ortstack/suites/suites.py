@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Literal
 from xml.etree import ElementTree as ET
 
 import ortstack
-from ortstack import _run, log, venv, vulkan, wheelfile
+from ortstack import _run, log, wheelfile
 from ortstack.errors import SuiteError
+from ortstack.suites import venv, vulkan
 
 if TYPE_CHECKING:
     import os

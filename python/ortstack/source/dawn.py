@@ -19,17 +19,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import __version__, _run, archive, dep_sources, deps, fetch, log
+from ortstack import __version__, _run, log
 from ortstack.cache import remove_tree
-from ortstack.dawn_plan import CUSTOM_DAWN_DEFINE, ORT_DEPS_CMAKE, PYTHON_PACKAGES, DawnSource, Plan, ThirdParty, plan
 from ortstack.errors import BuildError, ConfigError, FetchError, PatchError
 from ortstack.lockfile import write_atomic
+from ortstack.source import archive, dep_sources, deps, fetch
+from ortstack.source.dawn_plan import (
+    CUSTOM_DAWN_DEFINE,
+    ORT_DEPS_CMAKE,
+    PYTHON_PACKAGES,
+    DawnSource,
+    Plan,
+    ThirdParty,
+    plan,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ortstack.cache import Cache
-    from ortstack.deps import Dependency
+    from ortstack.source.deps import Dependency
 
 # --------------------------------------------------------------------------------------------------
 # Fetching the third-party sources, and assembling one complete Dawn tree.

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from ortstack import _run, archive, diskspace, download, log
+from ortstack import _run, diskspace, log
 from ortstack.cache import Cache, remove_tree, tree_size
 from ortstack.errors import ChecksumError, ConfigError, FetchError
 from ortstack.lockfile import Lock, write_atomic
+from ortstack.source import archive, download
 
 if TYPE_CHECKING:
     import subprocess
