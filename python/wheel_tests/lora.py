@@ -20,9 +20,9 @@ def spec(dtype: type[np.floating], form: models.AdapterForm, **kwargs: object) -
     return models.QloraSpec(k=K, n=N, rank=RANK, dtype=dtype, form=form, **kwargs)  # type: ignore[arg-type]
 
 
-def base_weight(dtype: type[np.floating]) -> reference.QuantizedWeight:
+def base_weight(dtype: type[np.floating], *, zero_points: bool = False) -> reference.QuantizedWeight:
     rng = np.random.default_rng(100)
-    return reference.quantize(rng.standard_normal((K, N)), bits=4, zero_points=False, dtype=dtype)
+    return reference.quantize(rng.standard_normal((K, N)), bits=4, zero_points=zero_points, dtype=dtype)
 
 
 def adapter_weights(s: models.QloraSpec, seed: int) -> reference.LoraWeights:

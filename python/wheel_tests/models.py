@@ -180,7 +180,8 @@ def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
     overrides them by name; the defaults make the adapter a no-op.
     """
     elem = ELEM_TYPE[spec.dtype]
-    nodes = [_nbits_node("base", "X", base, "base_out")]
+    zero_points = "base.zero_points" if base.zero_points is not None else ""
+    nodes = [_nbits_node("base", "X", base, "base_out", zero_points=zero_points)]
     initializers = _nbits_initializers("base", base)
     defaults = default_adapter(spec)
     if spec.form == "int8":

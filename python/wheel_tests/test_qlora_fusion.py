@@ -2,10 +2,11 @@
 
 With the operator: the optimized graph holds it, fused equals unfused (the same wheel with
 ``disabled_optimizers=["MatMulNBitsQLoRAFusion"]``, and at basic optimization), and every
-``session.webgpu.lora_fusion_mode`` agrees, for decode and prefill, 2-D X and batches, empty and
-partial adapters; ``auto`` picks its kernel from X's rows per matrix, not from the batch. Without
-it: the optimized graph keeps the raw pattern, which still computes the right numbers. Graph capture
-replays must follow an adapter switch (in a child process: capture may crash a wheel).
+``session.webgpu.lora_fusion_mode`` agrees, for decode and prefill, 2-D X and batches, a base with
+and without zero points, empty and partial adapters; ``auto`` picks its kernel from X's rows per
+matrix, not from the batch. Without it: the optimized graph keeps the raw pattern, which still
+computes the right numbers. Graph capture replays must follow an adapter switch (in a child process:
+capture may crash a wheel).
 """
 
 from __future__ import annotations
@@ -56,8 +57,19 @@ def _defaults(ep: eps.EpKind) -> models.Defaults:
     return "empty" if capabilities.empty_weight_probe(ep).outcome == "ok" else "zeros"
 
 
-@pytest.mark.parametrize("batch", [None, BATCH], ids=["2d", f"batch{BATCH}"])
-@pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
+# The common base (INT4 without zero points) in 2-D X and batches; a base with zero points, which the
+# fused operator's kernels read through a path of their own, in 2-D X.
+SHAPES = [
+    pytest.param(None, 1, False, id="2d-decode"),
+    pytest.param(None, 16, False, id="2d-prefill"),
+    pytest.param(BATCH, 1, False, id=f"batch{BATCH}-decode"),
+    pytest.param(BATCH, 16, False, id=f"batch{BATCH}-prefill"),
+    pytest.param(None, 1, True, id="2d-decode-base-zp"),
+    pytest.param(None, 16, True, id="2d-prefill-base-zp"),
+]
+
+
+@pytest.mark.parametrize(("batch", "m", "base_zero_points"), SHAPES)
 @pytest.mark.parametrize("dtype", [pytest.param(np.float32, id="fp32"), pytest.param(np.float16, id="fp16")])
 def test_qlora_fusion(
     ep: eps.EpKind,
@@ -65,11 +77,12 @@ def test_qlora_fusion(
     m: int,
     *,
     batch: int | None,
+    base_zero_points: bool,
     tmp_path: Path,
     record_baseline: Callable[[str], None],
 ) -> None:
     spec = lora.spec(dtype, "int8", defaults=_defaults(ep), batched=batch is not None)
-    base = lora.base_weight(dtype)
+    base = lora.base_weight(dtype, zero_points=base_zero_points)
     model = models.qlora(spec, base)
     fusion_expected = (capabilities.has_qlora_schema() or capabilities.claimed("qlora")) and ep != "cpu"
     name = "fp16" if dtype == np.float16 else "fp32"
