@@ -1,0 +1,32 @@
+"""The real stacks kept in the repository: each loads, and every patch is vendored, matches its pin and parses.
+
+Building one needs its onnxruntime tree, fetched from GitHub; this catches a stale pin or a broken
+patch file without it, as `ortstack patch` would before touching a tree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ortstack import config
+from ortstack.lockfile import Lock
+from ortstack.patches import series
+
+STACKS = sorted((Path(__file__).parents[1] / "stacks").glob("*/stack.toml"))
+
+
+@pytest.mark.parametrize("stack_file", STACKS, ids=lambda path: path.parent.name)
+def test_every_patch_of_a_real_stack_matches_its_pin_and_parses(stack_file: Path, tmp_path: Path) -> None:
+    stack = config.load(stack_file)
+    # Locked: a pin missing from the stack file is an error, not something to record.
+    lock = Lock(path=tmp_path / "stack.lock", locked=True)
+    verified = series.verify_series(stack, lock, series.host_platform(), os.environ)
+    assert [v.entry.id for v in verified] == [entry.id for entry in stack.patches]
+    assert all(v.hunks for v in verified)
+
+
+def test_there_is_a_real_stack() -> None:
+    assert [path.parent.name for path in STACKS] == ["main-735e69a3"]
