@@ -113,7 +113,7 @@ def test_an_old_ort_build_passes_offline_with_what_it_lacks_recorded_as_absent(
         "Q/K norm claimed for WebGPU": r"test_qk_norm\[cpu-decode\]: schema has no q_norm_weight",
         "QLoRA INT8 pattern": r"test_adapters_on_off_switching\[cpu-int8-fp16-prefill\]: the INT8 QLoRA pattern "
         r"needs 8-bit MatMulNBits, absent on cpu",
-        "QLoRA fusion": r"test_qlora_fusion\[cpu-fp32-decode-2d\]: no INT8 QLoRA pattern to fuse",
+        "QLoRA fusion": r"test_qlora_fusion\[cpu-fp32-2d-decode\]: no INT8 QLoRA pattern to fuse",
     }
     for what, pattern in absent.items():
         assert re.search(pattern, out), f"{what} is not recorded as absent:\n{out[-6000:]}"
