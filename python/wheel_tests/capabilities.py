@@ -91,12 +91,18 @@ def wheel_set() -> str:
 
 
 @cache
+def device_probe(ep: eps.EpKind) -> ProbeResult:
+    """A tiny session on ``ep`` in a child process: whether it answered, and how that process exited."""
+    return run_probe("device", "--ep", ep)
+
+
+@cache
 def ep_status(ep: eps.EpKind) -> EpStatus:
     """Whether ``ep`` can run here: offered by the wheel set, and a device answers a real session."""
     absent = eps.why_absent(ep)
     if absent is not None:
         return EpStatus(ep=ep, runnable=False, reason=absent)
-    probe = run_probe("device", "--ep", ep)
+    probe = device_probe(ep)
     if probe.outcome != "ok":
         return EpStatus(ep=ep, runnable=False, reason=f"no usable device ({probe.describe()})")
     return EpStatus(ep=ep, runnable=True, reason="device answered a probe session")
