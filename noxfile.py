@@ -41,6 +41,12 @@ def patch(session: nox.Session) -> None:
     _ortstack(session, "patch")
 
 
+@nox.session(default=False)
+def rebase(session: nox.Session) -> None:
+    """Carry the patch series to a newer onnxruntime commit (`-- --onto COMMIT [--into DIR]`, `--continue`)."""
+    _ortstack(session, "rebase")
+
+
 @nox.session(reuse_venv=True, tags=["pipeline"])
 def build(session: nox.Session) -> None:
     """Build the variants' wheels into dist/ (fetch --deps and patch first; both are no-ops when done).

@@ -34,6 +34,7 @@ COMMON = ("--stack", "--cache-dir", "--work-dir", "--dist-dir", "--locked", "--n
 USES = {
     "fetch": {"--stack", "--cache-dir", "--locked", "--no-wait"},
     "patch": {"--stack", "--cache-dir", "--work-dir", "--locked", "--no-wait"},
+    "rebase": {"--stack", "--cache-dir", "--work-dir", "--locked", "--no-wait"},
     "build": set(COMMON),
     "status": {"--stack", "--cache-dir", "--work-dir", "--dist-dir"},
     "inspect": set(),

@@ -36,7 +36,17 @@ class Verb(Protocol):
 
 
 # Module names under ortstack.commands; the verb is the name with "_" spelled "-".
-VERBS: tuple[str, ...] = ("fetch", "patch", "build", "status", "inspect", "refresh_patches", "test", "bench")
+VERBS: tuple[str, ...] = (
+    "fetch",
+    "patch",
+    "rebase",
+    "build",
+    "status",
+    "inspect",
+    "refresh_patches",
+    "test",
+    "bench",
+)
 
 
 def _exit_code_epilog() -> str:

@@ -56,6 +56,8 @@ class Outcome:
     state: State
     commit: str = ""
     """The tree's commit for an applied patch."""
+    merged: bool = False
+    """Applied by a 3-way merge, not as written."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,7 +165,7 @@ def _copy_writable(source: str, destination: str) -> None:
     Path(destination).chmod(stat.S_IMODE(Path(destination).stat().st_mode) | stat.S_IWUSR)
 
 
-def _copy_source(source: Path, destination: Path) -> None:
+def copy_source(source: Path, destination: Path) -> None:
     shutil.copytree(
         source,
         destination,
@@ -174,7 +176,7 @@ def _copy_source(source: Path, destination: Path) -> None:
     )
 
 
-def _commit(tree: Path, message: str, env: Mapping[str, str], *, author: str = "", date: str = "") -> str:
+def make_commit(tree: Path, message: str, env: Mapping[str, str], *, author: str = "", date: str = "") -> str:
     message_file = tree / ".git" / "ORTSTACK_MESSAGE"
     message_file.write_text(message, encoding="utf-8")
     commit_env = _git.environment(env, author=author, date=date)
@@ -222,14 +224,15 @@ def apply_one(tree: Path, patch: series.Verified, env: Mapping[str, str]) -> Out
             unmerged = _git.out(["diff", "--name-only", "--diff-filter=U"], cwd=tree, env=env).splitlines()
             raise _conflict(patch, check.stderr + merge.stderr, unmerged)
         log.info(f"{patch.name}: applied with a 3-way merge")
+    merged = check.returncode != 0
     patchpaths.check_links(tree, patch.name, env)
     if _git.git(["diff", "--cached", "--quiet"], cwd=tree, env=env, capture=True, check=False).returncode == 0:
         return Outcome(id=patch.entry.id, state="upstreamed")
     header = patch.patch.header
     subject = header.subject or patch.entry.description.split("\n")[0] or patch.entry.id
     message = patchfile.Header(subject=subject, why=header.why, fields=header.fields).message()
-    commit = _commit(tree, message, env, author=header.author, date=header.date)
-    return Outcome(id=patch.entry.id, state="applied", commit=commit)
+    commit = make_commit(tree, message, env, author=header.author, date=header.date)
+    return Outcome(id=patch.entry.id, state="applied", commit=commit, merged=merged)
 
 
 def _build(
@@ -244,10 +247,10 @@ def _build(
     env: Mapping[str, str],
 ) -> tuple[str, list[Outcome]]:
     with log.step(f"copying the source into {tree.name}"):
-        _copy_source(source, tree)
+        copy_source(source, tree)
     _git.git(["init", "-q"], cwd=tree, env=env, capture=True)
     _git.git(["add", "--all", "--force", "."], cwd=tree, env=env, capture=True)
-    base = _commit(tree, f"onnxruntime {stack.ort.commit}\n\nThe pinned source, unpatched.\n", env)
+    base = make_commit(tree, f"onnxruntime {stack.ort.commit}\n\nThe pinned source, unpatched.\n", env)
     by_id = {v.entry.id: v for v in verified}
     outcomes: list[Outcome] = []
     for entry in stack.patches:
