@@ -350,3 +350,19 @@ def test_a_killed_rebase_resumes_where_it_stopped(
     written = read_stack(into / "stack.toml")
     assert [e["id"] for e in written["patch"]] == ["qlora", "qk-norm", "one-bit", "empty-guarded"]
     assert written["ort"]["commit"] == pins.new
+
+
+def test_without_a_checkout_both_pins_come_from_the_cache(
+    upstream: Upstream, project: Project, pins: Pins, run_ortstack: RunOrtstack, tmp_path: Path
+) -> None:
+    git("push", "--quiet", upstream.url, f"{pins.new}:refs/heads/new-pin", cwd=upstream.work)
+    stack = write_series(upstream, project, conflict=False)
+
+    done = rebase(run_ortstack, stack, tmp_path, "--onto", pins.new, "--into", tmp_path / "new")
+
+    assert done.returncode == 0, done.stderr
+    assert "| one-bit | merged | re-exported |" in done.stdout  # pre-images from the cached old source
+    assert "| empty-guarded | upstreamed | commit not found; kept as in-base (its guard holds) |" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "cache" / "sources").glob("*.json")) == sorted(
+        [f"{pins.old}.json", f"{pins.new}.json"]
+    )

@@ -13,7 +13,7 @@ from ortstack.cache import remove_tree
 from ortstack.errors import UsageError
 from ortstack.lockfile import Lock, write_atomic
 from ortstack.patches import rebase
-from ortstack.source import archive, fetch
+from ortstack.source import fetch
 
 if TYPE_CHECKING:
     import argparse
@@ -74,17 +74,13 @@ def _has_commit(checkout: Path, commit: str, settings: Settings) -> bool:
     return found.returncode == 0
 
 
-def _old_source(stack: config.Stack, settings: Settings, source_dir: Path | None, scratch: Path) -> Path:
-    """The old pin's source: from the history of ``--source-dir`` when it holds the old commit (no
-    download), else the way ``ortstack fetch`` gets it (the cache first)."""
+def _old_pin(stack: config.Stack, settings: Settings, source_dir: Path | None) -> rebase.OldPin:
+    """The old pin from the history of ``--source-dir`` when it holds the old commit (nothing fetched
+    or copied), else the way ``ortstack fetch`` gets it (the cache first)."""
     commit = stack.ort.commit
-    if source_dir is None or not _has_commit(source_dir, commit, settings):
-        return fetch.ensure_source(stack, settings).source_dir
-    remove_tree(scratch)
-    (scratch / "tree").mkdir(parents=True)
-    _git.git(["archive", "--format=tar", "-o", str(scratch / "old.tar"), commit], cwd=source_dir, env=settings.env)
-    archive.extract(scratch / "old.tar", scratch / "tree", label=f"commit {commit[:12]} of {source_dir}")
-    return scratch / "tree"
+    if source_dir is not None and _has_commit(source_dir, commit, settings):
+        return rebase.OldPin(commit=commit, history=source_dir)
+    return rebase.OldPin(commit=commit, folder=lambda: fetch.ensure_source(stack, settings).source_dir)
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
@@ -109,19 +105,17 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         source = fetch.ensure_source(
             replace(stack, ort=replace(moved, archive_sha256="")), settings, source_dir=args.source_dir
         )
-        scratch = settings.work_dir / "rebase-old-source"
         state = rebase.start(
             stack,
             lock,
             onto=onto,
             source=source.source_dir,
-            old_source=lambda: _old_source(stack, settings, args.source_dir, scratch),
+            old=_old_pin(stack, settings, args.source_dir),
             into=args.into or stack.root,
             work_dir=settings.work_dir,
             env=settings.env,
             wait=settings.wait_for_lock,
         )
-        remove_tree(scratch)
     written = rebase.write_stack(state, stack, lock, tree, settings.env)
     summary = rebase.report(state, written)
     if args.report:

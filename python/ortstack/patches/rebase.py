@@ -128,14 +128,14 @@ def start(
     *,
     onto: str,
     source: Path,
-    old_source: Callable[[], Path],
+    old: OldPin,
     into: Path,
     work_dir: Path,
     env: Mapping[str, str],
     wait: bool = True,
 ) -> Rebase:
-    """Rebase ``stack`` onto ``onto`` (whose source is ``source``; ``old_source`` gives the old pin's,
-    called only when a new rebase starts);
+    """Rebase ``stack`` onto ``onto`` (whose source is ``source``; ``old`` says where the old pin's
+    objects come from, used only when a new rebase starts);
     resume an interrupted run of the same."""
     verified = _verify_all(stack, lock, env)
     digest = series_digest(stack, verified)
@@ -153,7 +153,7 @@ def start(
             if tree.exists():  # a run killed before its first state was saved
                 remove_tree(tree)
             tree.mkdir(parents=True)
-            base = _base_commits(tree, old_source=old_source(), old=stack.ort.commit, source=source, onto=onto, env=env)
+            base = _base_commits(tree, old=old, verified=verified, source=source, onto=onto, env=env)
             state = Rebase(
                 stack=str(stack.path.resolve()),
                 into=str(into.resolve()),
@@ -167,21 +167,61 @@ def start(
         return _carry_rest(state, stack, verified, tree, env)
 
 
-def _base_commits(tree: Path, *, old_source: Path, old: str, source: Path, onto: str, env: Mapping[str, str]) -> str:
-    """The old pin's source, then the new one's over it: two commits, so that the tree holds every
-    pre-image blob a patch names and ``git apply --3way`` can merge it. Returns the new pin's commit."""
-    with log.step(f"copying the source of {old[:12]} into {tree}"):
-        prepare.copy_source(old_source, tree)
+@dataclass(frozen=True, kw_only=True)
+class OldPin:
+    """Where the old pin's objects come from: the history of a checkout, or a source folder."""
+
+    commit: str
+    history: Path | None = None
+    """A git checkout whose history holds ``commit``: its objects are borrowed, nothing is copied."""
+    folder: Callable[[], Path] | None = None
+    """Gives the old source tree (from the cache), committed into the rebase tree."""
+
+
+def _base_commits(
+    tree: Path, *, old: OldPin, verified: list[series.Verified], source: Path, onto: str, env: Mapping[str, str]
+) -> str:
+    """Commit the new pin's source in ``tree`` and return the commit. Before it, the tree's object
+    store gets every pre-image blob a patch names (the old pin's files, and those the series makes of
+    them on the old pin), so that ``git apply --3way`` can merge each patch."""
     _git.git(["init", "-q"], cwd=tree, env=env, capture=True)
-    _git.git(["add", "--all", "--force", "."], cwd=tree, env=env, capture=True)
-    prepare.make_commit(tree, f"onnxruntime {old}\n\nThe old pin's source, unpatched.\n", env)
-    for child in tree.iterdir():
-        if child.name != ".git":
-            remove_tree(child)
+    if old.history is not None:
+        objects = _git.out(["rev-parse", "--path-format=absolute", "--git-path", "objects"], cwd=old.history, env=env)
+        alternates = tree / ".git" / "objects" / "info" / "alternates"
+        alternates.write_text(objects + "\n", encoding="utf-8")
+        old_commit = old.commit
+    else:
+        assert old.folder is not None
+        with log.step(f"copying the source of {old.commit[:12]} into {tree}"):
+            prepare.copy_source(old.folder(), tree)
+        _git.git(["add", "--all", "--force", "."], cwd=tree, env=env, capture=True)
+        old_commit = prepare.make_commit(tree, f"onnxruntime {old.commit}\n\nThe old pin's source, unpatched.\n", env)
+        for child in tree.iterdir():
+            if child.name != ".git":
+                remove_tree(child)
+    _preimages(tree, old_commit, verified, env)
     with log.step(f"copying the source of {onto[:12]} into {tree}"):
         prepare.copy_source(source, tree)
     _git.git(["add", "--all", "--force", "."], cwd=tree, env=env, capture=True)
     return prepare.make_commit(tree, f"onnxruntime {onto}\n\nThe new pin's source, unpatched.\n", env)
+
+
+def _preimages(tree: Path, old_commit: str, verified: list[series.Verified], env: Mapping[str, str]) -> None:
+    """Apply the series to the old pin in a scratch index only: its blobs land in the object store."""
+    index = tree / ".git" / "ortstack-preimages.index"
+    scratch = {**env, "GIT_INDEX_FILE": str(index)}
+    _git.git(["read-tree", old_commit], cwd=tree, env=scratch, capture=True)
+    for patch in verified:
+        applied = _git.git(
+            ["apply", "--cached", "--whitespace=nowarn", str(patch.path)],
+            cwd=tree,
+            env=scratch,
+            capture=True,
+            check=False,
+        )
+        if applied.returncode != 0:
+            log.warn(f"{patch.name} does not apply to its own pin {old_commit[:12]}: later patches may not merge")
+    index.unlink(missing_ok=True)
 
 
 def resume(
