@@ -29,4 +29,4 @@ def test_every_patch_of_a_real_stack_matches_its_pin_and_parses(stack_file: Path
 
 
 def test_there_is_a_real_stack() -> None:
-    assert [path.parent.name for path in STACKS] == ["main-735e69a3"]
+    assert [path.parent.name for path in STACKS] == ["main-735e69a3", "main-89b01b40"]

@@ -366,3 +366,34 @@ def test_without_a_checkout_both_pins_come_from_the_cache(
     assert sorted(p.name for p in (tmp_path / "cache" / "sources").glob("*.json")) == sorted(
         [f"{pins.old}.json", f"{pins.new}.json"]
     )
+
+
+def test_a_conflict_resolved_to_no_change_is_upstreamed(
+    upstream: Upstream, project: Project, pins: Pins, run_ortstack: RunOrtstack, tmp_path: Path
+) -> None:
+    stack = project.write(
+        [
+            project.entry(
+                "version-doc",
+                "0001-version.patch",
+                patch_of(upstream, [OURS], "Say the local part"),
+                guard={"files": [C_API], "patterns": ["for example"]},
+            ),
+        ]
+    )
+    assert (
+        rebase(run_ortstack, stack, tmp_path, "--onto", pins.new, "--source-dir", pins.checkout).returncode
+        == PATCH_EXIT
+    )
+    git("reset", "--quiet", "--hard", "HEAD", cwd=tmp_path / "work" / "rebase")  # upstream's wording is kept
+
+    done = rebase(run_ortstack, stack, tmp_path, "--continue")
+
+    assert done.returncode == 0, done.stderr
+    expected = (
+        "| version-doc | upstreamed | resolved to no change; commit not found; kept as in-base (its guard holds) |"
+    )
+    assert expected in done.stdout
+    entry = read_stack(project.stack_file)["patch"][0]
+    assert entry["mode"] == "in-base"
+    assert "file" not in entry

@@ -10,7 +10,8 @@ commit per carried patch. Each patch ends in one of these outcomes:
   An entry with a guard that holds becomes an ``in-base`` entry, one without is dropped. When the new
   source is a git checkout that has history, the commit that brought the change is named;
 - ``conflict``: the run stops with the tree left at that patch, conflict markers in its files. The user
-  resolves, commits, and runs ``ortstack rebase --continue`` (the outcome becomes ``resolved``), or
+  resolves, commits, and runs ``ortstack rebase --continue`` (the outcome becomes ``resolved``, or
+  ``upstreamed`` when the resolution is no change at all), or
   ``--skip`` drops the patch (``dropped``), or ``--abort`` gives the rebase up.
 
 Nothing of the stack is written until every patch is through, so an abandoned rebase leaves the old
@@ -251,14 +252,15 @@ def resume(
                 msg = f"{tree} has uncommitted changes"
                 raise PatchError(msg, tip=_resolve_tip(tree))
             head = _git.out(["rev-parse", "HEAD"], cwd=tree, env=env)
-            if head == before:
-                msg = f"nothing was committed for patch {stopped}"
-                raise PatchError(
-                    msg, tip=f"commit the resolution in {tree}, or drop the patch with `ortstack rebase --skip`"
+            if head == before:  # resolved to no change: the base already does what the patch did
+                patch = next(v for v in verified if v.entry.id == stopped)
+                state.carried.append(_upstreamed(state, patch, tree, env, how="resolved to no change"))
+            else:
+                state.carried.append(
+                    Carried(
+                        id=stopped, state="resolved", commit=head, before=before, detail="conflict resolved by hand"
+                    )
                 )
-            state.carried.append(
-                Carried(id=stopped, state="resolved", commit=head, before=before, detail="conflict resolved by hand")
-            )
         state.stopped = state.stopped_before = ""
         _save(state, tree)
         return _carry_rest(state, stack, verified, tree, env)
@@ -350,17 +352,23 @@ def _carry_one(state: Rebase, patch: series.Verified, *, before: str, tree: Path
         msg = f"rebase stopped: {exc.message}"
         raise PatchError(msg, tip=_resolve_tip(tree), detail=exc.detail) from None
     if outcome.state == "upstreamed":
-        found = upstream_commit(patch, Path(state.source), state.old_commit, state.onto, env)
-        where = f"in {found[:12]}" if found else "commit not found"
-        if entry.guard is not None and not prepare.guard_failure(entry, tree):
-            return Carried(id=entry.id, state="upstreamed", detail=f"{where}; kept as in-base (its guard holds)")
-        return Carried(id=entry.id, state="upstreamed", detail=f"{where}; dropped (no guard)", kept=False)
+        return _upstreamed(state, patch, tree, env)
     return Carried(
         id=entry.id,
         state="merged" if outcome.merged else "applies",
         commit=outcome.commit,
         before=before,
     )
+
+
+def _upstreamed(state: Rebase, patch: series.Verified, tree: Path, env: Mapping[str, str], *, how: str = "") -> Carried:
+    """An entry whose change the new base holds: in-base when its guard says so there, else dropped."""
+    entry = patch.entry
+    found = upstream_commit(patch, Path(state.source), state.old_commit, state.onto, env)
+    where = "; ".join(filter(None, [how, f"in {found[:12]}" if found else "commit not found"]))
+    if entry.guard is not None and not prepare.guard_failure(entry, tree):
+        return Carried(id=entry.id, state="upstreamed", detail=f"{where}; kept as in-base (its guard holds)")
+    return Carried(id=entry.id, state="upstreamed", detail=f"{where}; dropped (no guard)", kept=False)
 
 
 _MIN_DISTINCT = 12
