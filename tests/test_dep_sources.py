@@ -247,3 +247,10 @@ def test_an_installed_dependency_is_neither_mirrored_nor_required(
     assert plan.returncode == 0, plan.stderr
     row = next(line for line in (plan.stdout + plan.stderr).splitlines() if "mini_dep" in line)
     assert "installed package (find_package)" in row
+
+
+def test_a_local_source_for_no_deps_txt_entry_is_refused(local_build: tuple[Project, Path]) -> None:
+    project, checkout = local_build
+    line = one_error(project.ortstack("build", "--dep-source", f"mini_dpe={checkout}"), 3)
+    # A name only another variant uses passes (one set of sources serves a stack); a misspelt one does not.
+    assert "local source given for mini_dpe, which is not an entry of cmake/deps.txt" in line

@@ -217,11 +217,16 @@ def plan_sources(
             defines[ort_tree.fetchcontent_source_define(need.content_name)] = source.path.as_posix()
         elif need.name not in local:
             from_mirror.append(need.dependency)
-    unknown = sorted(set(local) - {need.name for need in tree_plan.needed})
+    # A name deps.txt lacks is a mistake; one that only another variant uses is not (one set of
+    # --dep-source serves every variant of a stack).
+    used = {need.name for need in tree_plan.needed}
+    unknown = sorted(set(local) - {d.name for d in deps.read(tree)} - used)
     if unknown:
-        names = ", ".join(need.name for need in tree_plan.needed)
-        msg = f"local source given for {', '.join(unknown)}, which this variant's configure does not use"
-        raise ConfigError(msg, tip=f"the deps.txt entries it uses: {names}")
+        names = ", ".join(sorted(used))
+        msg = f"local source given for {', '.join(unknown)}, which is not an entry of {deps.DEPS_FILE}"
+        raise ConfigError(msg, tip=f"the deps.txt entries this variant's configure uses: {names}")
+    if unused := sorted(set(local) - used):
+        log.info(f"local sources not used by this variant's configure: {', '.join(unused)}")
     if installed or stack.build.system_libraries:
         defines["FETCHCONTENT_TRY_FIND_PACKAGE_MODE"] = "OPT_IN"
     return SourcePlan(
