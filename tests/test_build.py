@@ -284,3 +284,17 @@ def test_a_build_dir_in_use_by_another_run_is_not_shared(built: Project) -> None
     with FileLock(f"{built.work / 'cmake' / 'webgpu'}.lock"):
         line = one_error(built.ortstack("build", "--variant", "webgpu", "--no-wait"), 8)
     assert "another ortstack run is building in" in line
+
+
+def test_a_plugin_library_without_its_entry_points_is_refused(built: Project) -> None:
+    before = built.wheels()
+    tree = built.work / "prepared" / "plugin"
+    source = tree / "onnxruntime/core/providers/webgpu/ep/plugin_ep.cc"
+    source.write_text(source.read_text().replace("CreateEpFactories", "CreateEpFactoriesRenamed"))
+    git("commit", "--quiet", "-am", "an old tree: no plugin entry point", cwd=tree, env=built.env)
+    try:
+        line = one_error(built.ortstack("build", "--variant", "plugin"), 6)
+        assert "does not export CreateEpFactories, so no onnxruntime can load it" in line
+        assert built.wheels() == before
+    finally:
+        git("reset", "--quiet", "--hard", "HEAD~1", cwd=tree, env=built.env)

@@ -72,6 +72,11 @@ class WheelPlan:
     """Files cmake takes from onnxruntime's build folder into ``package`` (the plugin's libraries)."""
     required: tuple[str, ...]
     """File names that must be inside ``package`` once built (checked before the wheel is kept)."""
+    exports: tuple[tuple[str, str], ...] = ()
+    """(library, symbol) pairs each library must export: the entry points its loader calls."""
+
+
+PLUGIN_ENTRY_POINTS = ("CreateEpFactories", "ReleaseEpFactory")
 
 
 class VariantKind(Protocol):
@@ -164,6 +169,8 @@ class PluginEp:
             dependencies=(f"onnxruntime>={variant.min_onnxruntime}",),
             libraries=libraries,
             required=libraries,
+            # What onnxruntime's RegisterExecutionProviderLibrary looks up in a plugin EP library.
+            exports=tuple((libraries[0], symbol) for symbol in PLUGIN_ENTRY_POINTS),
         )
 
     def check(self, variant: Variant) -> None:

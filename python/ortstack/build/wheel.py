@@ -9,6 +9,7 @@ Files are rewritten only when their content changes, so an unchanged project sta
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import sys
@@ -102,14 +103,32 @@ def render_project(
 
 
 def check_contents(wheel: Path, plan: WheelPlan) -> None:
-    """Every file the plan requires is inside the wheel's package, with the build info."""
+    """Every file the plan requires is inside the wheel's package, with the build info, and every
+    ELF library exports the entry points the plan names."""
     with zipfile.ZipFile(wheel) as archive:
-        names = {PurePosixPath(n) for n in archive.namelist()}
-    have = {n.name for n in names if n.parts[:1] == (plan.package,)}
-    missing = [name for name in (*plan.required, BUILD_INFO_NAME) if name not in have]
-    if missing:
-        msg = f"{wheel.name} lacks {', '.join(missing)} in {plan.package}/"
-        raise BuildError(msg, tip="the variant's cmake options did not produce them; see the build log")
+        members = {PurePosixPath(n): n for n in archive.namelist()}
+        have = {path.name: name for path, name in members.items() if path.parts[:1] == (plan.package,)}
+        missing = [name for name in (*plan.required, BUILD_INFO_NAME) if name not in have]
+        if missing:
+            msg = f"{wheel.name} lacks {', '.join(missing)} in {plan.package}/"
+            raise BuildError(msg, tip="the variant's cmake options did not produce them; see the build log")
+        for library, symbol in plan.exports:
+            data = archive.read(have[library])
+            if data.startswith(b"\x7fELF") and symbol not in _exported_symbols(data):
+                msg = f"{wheel.name}: {plan.package}/{library} does not export {symbol}, so no onnxruntime can load it"
+                tip = "the tree's sources lack the library's entry points (a tree too old for this variant?)"
+                raise BuildError(msg, tip=tip)
+
+
+def _exported_symbols(elf: bytes) -> set[str]:
+    """The names an ELF shared library defines in its dynamic symbol table."""
+    from elftools.elf.elffile import ELFFile  # noqa: PLC0415 - auditwheel's dependency, needed on Linux only
+    from elftools.elf.sections import SymbolTableSection  # noqa: PLC0415
+
+    table = ELFFile(io.BytesIO(elf)).get_section_by_name(".dynsym")
+    if not isinstance(table, SymbolTableSection):
+        return set()
+    return {symbol.name for symbol in table.iter_symbols() if symbol["st_shndx"] != "SHN_UNDEF"}
 
 
 def repair(wheel: Path, out_dir: Path, env: Mapping[str, str]) -> Path:

@@ -15,6 +15,13 @@ std::string PagedAttentionShader(int head_size);
 
 extern "C" {
 
+// The entry points onnxruntime's RegisterExecutionProviderLibrary looks up (stand-ins here).
+ORT_MINI_PLUGIN_EXPORT void* CreateEpFactories(const char*, const void*, const void*, void**, unsigned long, unsigned long*) {
+  return nullptr;
+}
+
+ORT_MINI_PLUGIN_EXPORT void* ReleaseEpFactory(void*) { return nullptr; }
+
 ORT_MINI_PLUGIN_EXPORT const char* OrtMiniPluginEpName(void) { return "WebGpuExecutionProvider"; }
 
 ORT_MINI_PLUGIN_EXPORT const char* OrtMiniPluginVersion(void) { return ORT_VERSION; }
