@@ -348,3 +348,26 @@ def test_allow_dawn_fetch_leaves_dawn_to_onnxruntime_and_says_so(
     assert list((project.work / "cmake" / "webgpu").rglob("dawn-src/FETCH_DEPENDENCIES_RAN"))
     assert result.returncode == 6
     assert [line for line in error_lines(result.stderr) if "building variant 'webgpu' failed" in line]
+
+
+@pytest.mark.compile
+@pytest.mark.network
+@pytest.mark.slow
+def test_a_dawn_patch_whose_outer_context_moved_applies_with_fuzz_as_onnxruntime_applies_it(
+    tmp_path: Path, upstream: Upstream, cli_env: dict[str, str]
+) -> None:
+    # onnxruntime's cmake runs GNU patch, which ignores a stale outer context line (fuzz 1); git
+    # apply refuses the hunk. onnxruntime 1.30's dawn_binskim.patch meets Dawn v20260817 that way.
+    path = "cmake/patches/dawn/mini_dawn_enable.patch"
+    text = upstream.file_at(upstream.commit, path).decode()
+    stale = text.replace(" #endif\n \n", " #endif  // a line that moved on in Dawn\n \n", 1)
+    assert stale != text
+    commit = _push(upstream, upstream.add_commit({path: stale}, "a Dawn patch with stale context"), "dawn-fuzz")
+    project = _project(tmp_path, upstream, cli_env, commit=commit)
+    assert_ok(project.ortstack("fetch", "--deps"))
+    assert_ok(project.ortstack("patch"))
+    assert_ok(project.ortstack("build"))
+    tree = _assembled(project)
+    assert "#define MINI_DAWN_ORT_PATCHED 1" in (tree / "src" / "dawn.cc").read_text(encoding="utf-8")
+    assert not list(tree.rglob("*.orig"))
+    assert not list(tree.rglob("*.rej"))

@@ -178,12 +178,7 @@ def _apply(patch: Path, tree: Path, env: Mapping[str, str]) -> None:
     if not patch.is_file():
         msg = f"onnxruntime's cmake applies {patch.name} to Dawn, but the prepared tree has no {patch}"
         raise BuildError(msg, tip="run `ortstack patch` again; a patch of the series may have removed it")
-    # The ceiling keeps git from finding a repository around the tree: this is a plain folder.
-    git_env = {**env, "GIT_CEILING_DIRECTORIES": str(tree.parent)}
-    argv = ["git", "apply", "--ignore-whitespace", "-p1", str(patch)]
-    applied = _run.run(argv, cwd=tree, env=git_env, capture=True, check=False, quiet=True)
-    if applied.returncode != 0:
-        reason = next((line for line in applied.stderr.splitlines() if line.strip()), "no message")
+    if reason := dep_sources.apply_ort_patch(patch, tree, env):
         msg = f"onnxruntime's Dawn patch {patch.name} does not apply to the Dawn tree: {reason}"
         raise PatchError(msg, tip="check that deps.txt's dawn entry and cmake/patches/dawn/ are of the same ORT commit")
 

@@ -17,7 +17,6 @@ import hashlib
 import json
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,17 +115,33 @@ def _identity(source: Path, env: Mapping[str, str]) -> str:
     return "\n".join(entries)
 
 
+def apply_ort_patch(patch: Path, target: Path, env: Mapping[str, str]) -> str:
+    """Apply one of onnxruntime's dependency patches the way its cmake does; the reason it failed, or "".
+
+    onnxruntime runs ``patch --binary --ignore-whitespace -p1`` (its PATCH_COMMANDs), and GNU patch
+    takes a hunk whose outer context lines moved a little (fuzz): Dawn v20260817's tree needs that for
+    onnxruntime 1.30's dawn_binskim.patch. git apply, which refuses fuzz, is the fallback where no
+    ``patch`` is installed.
+    """
+    gnu_patch = _run.which("patch", env)
+    if gnu_patch is not None:
+        argv = [gnu_patch, "--binary", "--ignore-whitespace", "-p1", "--batch", "--no-backup-if-mismatch"]
+        argv += ["--silent", "-i", str(patch)]
+    else:
+        # The ceiling keeps git from finding a repository around the target: it is a plain folder.
+        env = {**env, "GIT_CEILING_DIRECTORIES": str(target.parent)}
+        argv = ["git", "apply", "--ignore-whitespace", "--whitespace=nowarn", "-p1", str(patch)]
+    applied = _run.run(argv, cwd=target, env=env, capture=True, check=False, quiet=True)
+    if applied.returncode == 0:
+        return ""
+    said = [line for line in (applied.stderr + applied.stdout).splitlines() if line.strip()]
+    return said[-1] if said else f"exit status {applied.returncode}"
+
+
 def _apply(patch: Path, target: Path, dependency: str, env: Mapping[str, str]) -> None:
-    # --ignore-whitespace as onnxruntime's `patch --ignore-whitespace`; CRLF sources (onnx's sdist)
-    # are handled by git apply's whitespace rules the same way.
-    argv = ["git", "apply", "--ignore-whitespace", "--whitespace=nowarn", "-p1", str(patch)]
-    try:
-        _run.run(argv, cwd=target, env=env, capture=True, quiet=True)
-    except subprocess.CalledProcessError as exc:
-        said = (exc.stderr or "").strip().splitlines()
-        reason = said[-1] if said else str(exc)
+    if reason := apply_ort_patch(patch, target, env):
         msg = f"onnxruntime's patch {patch.name} does not apply to the local {dependency} source: {reason}"
-        raise PatchError(msg, tip="is the local source at the pinned version? its directory was not changed") from None
+        raise PatchError(msg, tip="is the local source at the pinned version? its directory was not changed")
 
 
 def prepare(
