@@ -6,12 +6,13 @@ The environment is passed in as a mapping; nothing below this module reads ``os.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import platformdirs
 
+from ortstack.bounds import Bounds
 from ortstack.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ class Settings:
     """Wait for another ortstack process holding a cache lock (``--no-wait`` turns it off)."""
     env: Mapping[str, str]
     """The environment subprocesses inherit."""
+    bounds: Bounds = field(default_factory=Bounds)
+    """How much of an untrusted input is read (``ORTSTACK_*_MAX_*``)."""
 
     @property
     def lock_file(self) -> Path:
@@ -83,6 +86,7 @@ def resolve(
         locked=locked if locked is not None else truthy(env.get("ORTSTACK_LOCKED", ""), "ORTSTACK_LOCKED"),
         wait_for_lock=wait_for_lock if wait_for_lock is not None else True,
         env=dict(env),
+        bounds=Bounds.from_env(env),
     )
 
 
