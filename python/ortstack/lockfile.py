@@ -77,12 +77,16 @@ class Lock:
         if current is not None:
             msg = f"{what}: {key} is locked to {current} but resolved to {value}"
             raise ConfigError(msg, tip=f"if the change is intended, remove {key} from {self.path.name}")
-        if self.locked:
-            msg = f"{what}: {key} is not in {self.path.name} and --locked forbids resolving it"
-            raise ConfigError(msg, tip="run once without --locked and commit the lock file")
+        self.check_resolvable(key, what=what)
         log.loud(f"trust on first use: {what}\n{key} = {value}\nrecorded in {self.path}")
         self.values[key] = value
         self.save()
+
+    def check_resolvable(self, key: str, *, what: str) -> None:
+        """Refuse, before any work, a value ``--locked`` will not let ``resolve`` record."""
+        if self.locked and key not in self.values:
+            msg = f"{what}: {key} is not in {self.path.name} and --locked forbids resolving it"
+            raise ConfigError(msg, tip="run once without --locked and commit the lock file")
 
     def save(self) -> None:
         payload = HEADER + tomli_w.dumps({"resolved": dict(sorted(self.values.items()))})

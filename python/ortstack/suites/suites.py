@@ -146,6 +146,8 @@ def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
     Without ``requested`` EPs, built wheels are tested on every EP they provide and the baselines on all.
     """
     eps = expand_eps(requested)
+    for wheel in wheels:
+        wheelfile.check_fits_machine(wheelfile.check(wheel))
     if not wheels:
         sets = []
         if {"cpu", "plugin"} & set(eps):
