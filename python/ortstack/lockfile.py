@@ -40,7 +40,7 @@ class Lock:
         except FileNotFoundError:
             return cls(path=path, locked=locked)
         except OSError as exc:
-            msg = f"cannot read the lock file {path}: {exc.strerror or exc}"
+            msg = f"{path}: cannot read the lock file: {exc.strerror or exc}"
             raise ConfigError(msg, tip=tip) from None
         if data is None:
             msg = f"{path} is larger than {bounds.lock_file_mib:g} MiB: not a lock file ortstack wrote"
