@@ -186,6 +186,38 @@ def test_two_problems_in_one_patch_table_are_both_reported(run_ortstack: RunOrts
     ]
 
 
+@pytest.mark.parametrize(
+    ("table", "line"),
+    [
+        pytest.param(
+            '[variant."../../escaped"]\nkind = "webgpu"\n',
+            "5: variant.'../../escaped': is not a plain name",
+            marks=fault("config-variant-path"),
+            id="variant",
+        ),
+        pytest.param(
+            '[[patch]]\nid = "a"\nmode = "in-base"\nguard = { files = ["../../etc/passwd"] }\n',
+            "8: patch[0].guard: file '../../etc/passwd' is not a path inside the source tree",
+            marks=fault("config-guard-outside"),
+            id="guard-file",
+        ),
+        pytest.param(
+            '[[patch]]\nid = "a"\nmode = "in-base"\nguard = { files = ["VERSION_NUMBER"], patterns = ["f("] }\n',
+            "8: patch[0].guard: pattern 'f(' is not a regular expression: "
+            "missing ), unterminated subpattern at position 1",
+            marks=fault("config-guard-regex"),
+            id="guard-regex",
+        ),
+    ],
+)
+def test_a_name_or_pattern_used_as_a_path_or_regex_is_checked_first(
+    run_ortstack: RunOrtstack, tmp_path: Path, table: str, line: str
+) -> None:
+    stack = write_stack(tmp_path, f"{HEAD}\n{table}")
+    assert fetch(run_ortstack, stack, tmp_path / "cache") == f"ortstack: error: {stack}:{line}"
+    assert not (tmp_path.parent / "escaped").exists()
+
+
 @fault("config-too-large")
 def test_a_stack_file_over_its_bound_is_not_read(run_ortstack: RunOrtstack, upstream: Upstream, tmp_path: Path) -> None:
     stack = git_stack(tmp_path, upstream)

@@ -29,6 +29,8 @@ HEX40 = re.compile(r"[0-9a-f]{40}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 HEX_PREFIX = re.compile(r"[0-9a-f]{4,39}")
 SHORT_OR_FULL_COMMIT = re.compile(r"(?:[0-9a-f]{7,40})?")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A name that is also a folder name: a variant's."""
 PLATFORMS = ("linux", "windows", "macos")
 SHOWN_PROBLEMS = 50
 """Problems of one file reported by one run; a count stands for the rest."""
@@ -203,6 +205,22 @@ class Stack:
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
+def _header_keys(name: str) -> tuple[str, ...]:
+    """The keys of a table header's dotted name, quoted ones (``variant."a.b"``) unquoted as TOML reads them."""
+    if '"' not in name and "'" not in name:
+        return tuple(part.strip() for part in name.split("."))
+    try:
+        table = tomllib.loads(f"[{name}]")
+    except tomllib.TOMLDecodeError:
+        return tuple(name.split("."))
+    keys: list[str] = []
+    level: object = table
+    while isinstance(level, dict) and len(level) == 1:
+        key, level = next(iter(level.items()))
+        keys.append(key)
+    return tuple(keys)
+
+
 @dataclass(frozen=True)
 class _KeyLines:
     """Where keys and tables stand in the source text, read in one pass so a lookup costs nothing.
@@ -229,7 +247,7 @@ class _KeyLines:
             match = _HEADER.match(line)
             if match:
                 name = match.group(2)
-                parts: tuple[str | int, ...] = tuple(name.split("."))
+                parts: tuple[str | int, ...] = _header_keys(name)
                 if match.group(1) == "[[":
                     counts[name] = counts.get(name, -1) + 1
                     parts = (*parts, counts[name])
@@ -443,6 +461,10 @@ def _validate(reader: _Reader, stack: Stack, indices: tuple[int, ...]) -> None:
         seen.add(patch.id)
         with reader.attempt():
             _validate_patch(reader, patch, ("patch", index))
+    for variant in stack.variants:
+        if not NAME.fullmatch(variant.name):  # it names folders under the work dir
+            tip = "name it with letters, digits, '.', '_' and '-', starting with a letter or digit"
+            reader.problems.append(reader.fail(("variant", variant.name), "is not a plain name", tip=tip))
 
 
 def _validate_mode(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
@@ -462,7 +484,7 @@ def _validate_mode(reader: _Reader, patch: PatchEntry, where: tuple[str | int, .
 
 def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
     """Each check on its own: two problems in one entry are two lines of one run."""
-    checks = (_check_commits, _check_platforms, _validate_mode, _check_origin)
+    checks = (_check_commits, _check_platforms, _validate_mode, _check_origin, _check_guard)
     for check in checks:
         with reader.attempt():
             check(reader, patch, where)
@@ -483,6 +505,24 @@ def _check_platforms(reader: _Reader, patch: PatchEntry, where: tuple[str | int,
         if platform not in PLATFORMS:
             tip = _hint(platform, list(PLATFORMS), "valid platforms")
             raise reader.fail((*where, "platforms"), f"unknown platform {platform!r}", tip=tip)
+
+
+def _check_guard(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
+    if patch.guard is None:
+        return
+    for name in patch.guard.files:
+        path = PurePosixPath(name)
+        if not name or path.is_absolute() or ".." in path.parts or "\\" in name:
+            tip = "name a file inside the source tree, relative to its root, e.g. cmake/CMakeLists.txt"
+            raise reader.fail((*where, "guard"), f"file {name!r} is not a path inside the source tree", tip=tip)
+    for pattern in patch.guard.patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            tip = "write a Python regular expression; escape ( [ . * + ? with a backslash to match them as text"
+            raise reader.fail(
+                (*where, "guard"), f"pattern {pattern!r} is not a regular expression: {exc}", tip=tip
+            ) from None
 
 
 def _check_origin(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
