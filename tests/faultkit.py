@@ -127,6 +127,8 @@ FAULTS: dict[str, str] = {
     "buildinfo-compression": "inspect: a build-info member in a compression zipfile cannot read (deflate64)",
     "download-over-cap": "a download over ORTSTACK_DOWNLOAD_MAX_MIB: refused from its announced size, nothing kept",
     "source-dir-symlink-loop": "--source-dir on a loop of links",
+    "stack-path-symlink-loop": "--stack on a loop of links",
+    "wheel-path-symlink-loop": "inspect of a wheel path that is a loop of links",
     "source-dir-link-outside": "--source-dir holding a link to /etc: the checkout blamed, not the first patch",
     "wheel-other-platform": "a win_amd64 wheel given to `test` on Linux: refused before any venv, as pip would",
     "venv-key-tags": "one wheel's bytes under two platform tags: two venvs, not one",

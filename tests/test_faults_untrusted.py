@@ -373,12 +373,31 @@ def test_a_download_over_its_bound_stops_there(
 
 @fault("source-dir-symlink-loop")
 def test_a_source_dir_that_is_a_loop_of_links(run_ortstack: RunOrtstack, upstream: Upstream, tmp_path: Path) -> None:
-    loop = tmp_path / "loop"
-    loop.symlink_to(tmp_path / "loop2")
-    (tmp_path / "loop2").symlink_to(loop)
+    loop = link_loop(tmp_path, "loop")
     stack = git_stack(tmp_path, upstream)
     result = run_ortstack("fetch", "--stack", stack, "--cache-dir", tmp_path / "cache", "--source-dir", loop)
     assert one_error(result, 4) == f"ortstack: error: --source-dir {loop} cannot be followed (a loop of links)"
+
+
+def link_loop(tmp_path: Path, name: str) -> Path:
+    loop = tmp_path / name
+    loop.symlink_to(tmp_path / f"{name}.other")
+    (tmp_path / f"{name}.other").symlink_to(loop)
+    return loop
+
+
+@fault("stack-path-symlink-loop")
+def test_a_stack_path_that_is_a_loop_of_links(run_ortstack: RunOrtstack, tmp_path: Path) -> None:
+    loop = link_loop(tmp_path, "stack.toml")
+    line = fetch(run_ortstack, loop, tmp_path / "cache")
+    assert line == f"ortstack: error: {loop} cannot be followed: a loop of links (--stack or ORTSTACK_STACK)"
+
+
+@fault("wheel-path-symlink-loop")
+def test_a_wheel_path_that_is_a_loop_of_links(run_ortstack: RunOrtstack, tmp_path: Path) -> None:
+    loop = link_loop(tmp_path, "onnxruntime-1.0-py3-none-any.whl")
+    line = one_error(run_ortstack("inspect", loop), 2)
+    assert line == f"ortstack: error: {loop} cannot be followed: a loop of links, not a wheel"
 
 
 @fault("source-dir-link-outside")

@@ -71,11 +71,13 @@ def resolve(
     """Combine command-line values (``None`` = not given) with the environment and the defaults."""
 
     def pick(cli: Path | None, name: str, default: Path) -> Path:
-        if cli is not None:
-            return cli.resolve()
-        if env.get(name):
-            return Path(env[name]).expanduser().resolve()
-        return default.resolve()
+        chosen = cli if cli is not None else Path(env[name]).expanduser() if env.get(name) else default
+        try:
+            return chosen.resolve()
+        except (OSError, RuntimeError):  # RuntimeError: a loop of links, before Python 3.13
+            option = f"--{name.removeprefix('ORTSTACK_').lower().replace('_', '-')} or {name}"
+            msg = f"{chosen} cannot be followed: a loop of links ({option})"
+            raise ConfigError(msg, tip="point it at a real file or folder") from None
 
     stack = pick(stack_file, "ORTSTACK_STACK", Path("stack.toml"))
     return Settings(

@@ -35,7 +35,11 @@ class WheelFile:
 
 def check(path: Path) -> WheelFile:
     """``path`` as a wheel: it exists, its name parses as a wheel file name and it is a zip archive."""
-    path = path.expanduser().resolve()
+    try:
+        path = path.expanduser().resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a loop of links, before Python 3.13
+        msg = f"{path} cannot be followed: a loop of links, not a wheel"
+        raise NotAWheelError(msg, tip=_TIP) from None
     if not path.is_file():
         msg = f"wheel not found: {path}"
         raise NotAWheelError(msg, tip=_TIP)
