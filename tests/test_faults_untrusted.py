@@ -289,7 +289,7 @@ def wheel_with(
             {"data": b'{"ort_version": "\xff"}'}, "not UTF-8 text", marks=fault("buildinfo-not-utf8"), id="utf8"
         ),
         pytest.param({"data": b"ort_version = 1"}, "not JSON (", marks=fault("buildinfo-not-json"), id="not-json"),
-        pytest.param({"data": b"[1, 2]"}, "a JSON list, not an object", marks=fault("buildinfo-json-list"), id="list"),
+        pytest.param({"data": b"[1, 2]"}, "a JSON array, not an object", marks=fault("buildinfo-json-list"), id="list"),
         pytest.param(
             {"data": json.dumps({**json.loads(GOOD_JSON), "evil": 1}).encode()},
             "unknown key 'evil'",

@@ -54,10 +54,9 @@ class Lock:
             msg = f"{path}: not valid TOML: {' '.join(str(exc).split())}"
             raise ConfigError(msg, tip=tip) from None
         except RecursionError:  # deeper than the parser can follow: far past the bound
-            document = None
-        if document is None or nesting_of(document, bounds.nesting) > bounds.nesting:
-            msg = f"{path}: arrays or tables nest more than {bounds.nesting} deep: not a lock file ortstack wrote"
-            raise ConfigError(msg, tip=tip)
+            raise _too_deep(path, bounds, tip) from None
+        if nesting_of(document, bounds.nesting) > bounds.nesting:
+            raise _too_deep(path, bounds, tip)
         resolved = document.get("resolved", {})
         if not isinstance(resolved, dict) or not all(isinstance(v, str) for v in resolved.values()):
             msg = f"{path}: [resolved] must map names to strings"
@@ -91,6 +90,11 @@ class Lock:
     def save(self) -> None:
         payload = HEADER + tomli_w.dumps({"resolved": dict(sorted(self.values.items()))})
         write_atomic(self.path, payload.encode())
+
+
+def _too_deep(path: Path, bounds: Bounds, tip: str) -> ConfigError:
+    msg = f"{path}: arrays or tables nest more than {bounds.nesting} deep: not a lock file ortstack wrote"
+    return ConfigError(msg, tip=tip)
 
 
 def _check_value(path: Path, key: str, value: str, tip: str) -> None:

@@ -66,6 +66,7 @@ class BuildInfo:
     def from_json(cls, text: str | bytes, *, origin: str = BUILD_INFO_NAME, bounds: Bounds | None = None) -> BuildInfo:
         """Parse build info; anything but the object ``to_json`` writes is one :class:`BuildError` naming ``origin``."""
         bounds = bounds or Bounds()
+        too_deep = f"arrays or objects nested more than {bounds.nesting} deep"
         try:
             data = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
         except UnicodeDecodeError:
@@ -73,11 +74,11 @@ class BuildInfo:
         except ValueError as exc:
             raise _unreadable(origin, f"not JSON ({str(exc).splitlines()[0]})") from None
         except RecursionError:  # deeper than the parser can follow: far past the bound
-            data = None
-        if data is None or nesting_of(data, bounds.nesting) > bounds.nesting:
-            raise _unreadable(origin, f"arrays or objects nested more than {bounds.nesting} deep")
+            raise _unreadable(origin, too_deep) from None
+        if nesting_of(data, bounds.nesting) > bounds.nesting:
+            raise _unreadable(origin, too_deep)
         if not isinstance(data, dict):
-            raise _unreadable(origin, f"a JSON {type(data).__name__}, not an object of build info")
+            raise _unreadable(origin, f"a JSON {_JSON_KINDS.get(type(data), 'value')}, not an object of build info")
         unknown = sorted(set(data) - set(_FIELD_TYPES))
         if unknown:
             raise _unreadable(origin, f"unknown key {unknown[0][:80]!r}")
@@ -107,6 +108,7 @@ def _patch_list(value: object) -> bool:
     )
 
 
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 _FIELDS = {f.name: f for f in fields(BuildInfo)}
 _FIELD_TYPES: dict[str, Callable[[object], bool]] = {
     name: (lambda value: isinstance(value, str)) for name in _FIELDS
