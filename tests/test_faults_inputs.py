@@ -79,6 +79,7 @@ CHAIN = [  # each link stays inside on its own; followed one after the other the
 ]
 THROUGH_LINK = [(f"{TOP}/VERSION", "symlink", "VERSION_NUMBER"), (f"{TOP}/VERSION", "file", "overwritten\n")]
 LONG = "x" * 300
+DEEP = f"{TOP}/" + "d/" * 1900 + "f"
 
 CASES = [
     pytest.param(
@@ -134,6 +135,20 @@ CASES = [
         f"cannot extract '{LONG[:80]}': ",  # then the system's reason (ENAMETOOLONG's text differs by OS)
         marks=fault("tar-long-name"),
         id="tar-long-name",
+    ),
+    pytest.param(
+        "tar",
+        [(DEEP, "file", "deep")],
+        "1902 folders deep, more than 64 (ORTSTACK_ARCHIVE_MAX_DEPTH)",
+        marks=fault("tar-deep-folders"),
+        id="tar-deep",
+    ),
+    pytest.param(
+        "zip",
+        [(DEEP, "file", "deep")],
+        "1902 folders deep, more than 64 (ORTSTACK_ARCHIVE_MAX_DEPTH)",
+        marks=fault("zip-deep-folders"),
+        id="zip-deep",
     ),
     pytest.param(
         "zip",

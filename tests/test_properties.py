@@ -1,4 +1,5 @@
-"""Property tests (hypothesis) for the three readers of untrusted input: patches, archives, stack files.
+"""Property tests (hypothesis) for the readers of untrusted input: patches, archives, stack files, lock
+files and a wheel's build info.
 
 For every generated input: nothing is written outside the destination, only ``OrtstackError`` is
 raised, and every message and tip is one line. The patch reader is also held to git: for trees git
@@ -11,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 import shutil
 import stat
@@ -27,11 +29,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ortstack import config
+from ortstack.build import buildinfo
 from ortstack.errors import OrtstackError
+from ortstack.lockfile import Lock
 from ortstack.patches import patchfile, patchpaths
 from ortstack.source import archive
 from test_config import FULL
 from test_faults_patches import git_binary_literal
+from test_faults_untrusted import DEFLATE64, GOOD_JSON, wheel_with
 from upstream import GIT_ENV_FIXED
 
 if TYPE_CHECKING:
@@ -45,6 +50,10 @@ EXAMPLES = {
     "damaged_archives": 100,
     "config_documents": 200,
     "config_text": 200,
+    "config_nesting": 30,
+    "lock_documents": 150,
+    "lock_text": 150,
+    "build_info_members": 150,
 }
 GENERATED_CASES = sum(EXAMPLES.values())
 
@@ -403,3 +412,124 @@ def test_config_loader_survives_any_edit_of_a_good_file(edits: list[tuple[int, i
     for at, remove, insert in edits:
         text = text[:at] + insert + text[at + remove :]
     load_checked(sandbox, text)
+
+
+@cases("config_nesting")
+@given(
+    opener=st.sampled_from(["[", "{ a = ", "[{ a = ", "{ a = ["]),
+    depth=st.integers(min_value=0, max_value=5000),
+    closed=st.booleans(),
+)
+def test_config_loader_bounds_any_nesting(opener: str, depth: int, closed: bool, sandbox: Path) -> None:  # noqa: FBT001
+    closers = {"[": "]", "{ a = ": " }", "[{ a = ": " }]", "{ a = [": "] }"}
+    inner = opener * depth + "1" + (closers[opener] * depth if closed else "")
+    load_checked(sandbox, f"{VALID}\nnested = {inner}\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Lock files: a value is used as a file name, so only a digest or a commit id may come out.
+
+LOCK_KEYS = st.sampled_from(
+    ["https://example.invalid/ort.tar.gz", "patch.a.sha256", "patch.a.head", "patch..head", "x", "a\nb", "é"]
+)
+LOCK_VALUES = st.one_of(
+    st.sampled_from(["ab" * 32, "c971ca2f8a1b2c3d4e5f60718293a4b5c6d7e8f9", "../../../x", "AB" * 32, "", "/etc"]),
+    st.text(max_size=70),
+    VALUES,
+)
+LOCK_TABLES = st.sampled_from(["resolved", "other"])
+GOOD_LOCK = (
+    '[resolved]\n"https://example.invalid/ort.tar.gz" = "' + "ab" * 32 + '"\n'
+    '"patch.a.head" = "c971ca2f8a1b2c3d4e5f60718293a4b5c6d7e8f9"\n'
+)
+
+
+def lock_checked(folder: Path, data: bytes) -> None:
+    path = folder / "stack.lock"
+    path.write_bytes(data)
+    before = tree_state(folder)
+    try:
+        lock = Lock.load(path)
+    except OrtstackError as error:
+        assert_one_line(error)
+    else:
+        for key, value in lock.values.items():
+            hexes = "0123456789abcdef"
+            assert set(value) <= set(hexes), (key, value)
+            assert len(value) == (40 if key.startswith("patch.") and key.endswith(".head") else 64), (key, value)
+    assert tree_state(folder) == before
+
+
+@cases("lock_documents")
+@given(
+    document=st.dictionaries(st.sampled_from(["resolved", "other"]), st.dictionaries(LOCK_KEYS, LOCK_VALUES) | VALUES)
+)
+def test_lock_loader_gives_only_digests_or_one_line(document: dict[str, Any], sandbox: Path) -> None:
+    lock_checked(sandbox, tomli_w.dumps(document).encode())
+
+
+@cases("lock_text")
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=len(GOOD_LOCK)), st.integers(0, 6), st.binary(max_size=4)),
+        max_size=4,
+    )
+)
+def test_lock_loader_survives_any_edit_of_a_good_file(edits: list[tuple[int, int, bytes]], sandbox: Path) -> None:
+    data = GOOD_LOCK.encode()
+    for at, remove, insert in edits:
+        data = data[:at] + insert + data[at + remove :]
+    lock_checked(sandbox, data)
+
+
+# --------------------------------------------------------------------------------------------------
+# A wheel's build info, as `inspect` and the wheel suites read it.
+
+JSON_VALUES: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+GOOD_INFO = json.loads(GOOD_JSON)
+
+
+@st.composite
+def build_info_bytes(draw: st.DrawFn) -> bytes:
+    """The good build info with a field replaced, removed or added, or its bytes edited."""
+    form = draw(st.sampled_from(["field", "drop", "add", "bytes", "any"]))
+    document = dict(GOOD_INFO)
+    if form == "any":
+        return json.dumps(draw(JSON_VALUES)).encode()
+    if form == "bytes":
+        data = GOOD_JSON
+        for at, remove, insert in draw(
+            st.lists(st.tuples(st.integers(0, len(data)), st.integers(0, 6), st.binary(max_size=4)), max_size=4)
+        ):
+            data = data[:at] + insert + data[at + remove :]
+        return data
+    name = draw(st.sampled_from(sorted(document)))
+    if form == "drop":
+        document.pop(name)
+    elif form == "add":
+        document[draw(st.text(max_size=6))] = draw(JSON_VALUES)
+    else:
+        document[name] = draw(JSON_VALUES)
+    return json.dumps(document).encode()
+
+
+@cases("build_info_members")
+@given(
+    data=build_info_bytes(),
+    mode=st.sampled_from([stat.S_IFREG | 0o644, stat.S_IFLNK | 0o777, stat.S_IFDIR | 0o755]),
+    headers=st.sampled_from([{}, {"flags": 0x1}, {"method": DEFLATE64}, {"method": 99}]),
+)
+def test_build_info_reader_gives_build_info_or_one_line(
+    data: bytes, mode: int, headers: dict[str, int], sandbox: Path
+) -> None:
+    wheel = wheel_with(sandbox, data, mode=mode, **headers)
+    try:
+        info = buildinfo.read_from_wheel(wheel)
+    except OrtstackError as error:
+        assert_one_line(error)
+    else:
+        assert json.loads(info.to_json())["ort_commit"] == info.ort_commit

@@ -16,18 +16,24 @@ import types
 import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import tomli_w
 
+from ortstack.bounds import Bounds, nesting_of, read_at_most, size_limit
 from ortstack.errors import ConfigError, ConfigProblemsError
 
 HEX40 = re.compile(r"[0-9a-f]{40}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 HEX_PREFIX = re.compile(r"[0-9a-f]{4,39}")
 SHORT_OR_FULL_COMMIT = re.compile(r"(?:[0-9a-f]{7,40})?")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A name that is also a folder name: a variant's."""
 PLATFORMS = ("linux", "windows", "macos")
+SHOWN_PROBLEMS = 50
+"""Problems of one file reported by one run; a count stands for the rest."""
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -196,31 +202,70 @@ class Stack:
 # Locating keys in the source text, so errors can name a line.
 
 
-def _line_of(text: str, where: tuple[str | int, ...]) -> int | None:
-    """Best-effort line number (1-based) of the key at ``where``, e.g. ``("patch", 2, "sha256")``."""
-    header = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-    table: tuple[str | int, ...] = ()
-    counts: dict[str, int] = {}
-    target_table = tuple(p for p in where[:-1])
-    key = where[-1]
-    best: int | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        match = header.match(line)
-        if match:
-            name = match.group(2)
-            parts: tuple[str | int, ...] = tuple(name.split("."))
-            if match.group(1) == "[[":
-                counts[name] = counts.get(name, -1) + 1
-                parts = (*parts, counts[name])
-            table = parts
-            if table[: len(where)] == where:  # the table itself, or the first of its sub-tables
-                return number
-            continue
-        if table == target_table and isinstance(key, str) and re.match(rf"^\s*{re.escape(key)}\s*=", line):
-            return number
-        if table == target_table and best is None:
-            best = number
-    return best
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def _header_keys(name: str) -> tuple[str, ...]:
+    """The keys of a table header's dotted name, quoted ones (``variant."a.b"``) unquoted as TOML reads them."""
+    if '"' not in name and "'" not in name:
+        return tuple(part.strip() for part in name.split("."))
+    try:
+        table = tomllib.loads(f"[{name}]")
+    except tomllib.TOMLDecodeError:
+        return tuple(name.split("."))
+    keys: list[str] = []
+    level: object = table
+    while isinstance(level, dict) and len(level) == 1:
+        key, level = next(iter(level.items()))
+        keys.append(key)
+    return tuple(keys)
+
+
+@dataclass(frozen=True)
+class _KeyLines:
+    """Where keys and tables stand in the source text, read in one pass so a lookup costs nothing.
+
+    A location is the first line that is the table itself (or the first of its sub-tables) or the
+    key in its table; failing both, the table's first line.
+    """
+
+    tables: dict[tuple[str | int, ...], int]
+    """Every prefix of every table header, to its first line."""
+    keys: dict[tuple[tuple[str | int, ...], str], int]
+    """(table, key written as ``key =``) to its first line."""
+    first_lines: dict[tuple[str | int, ...], int]
+    """Each table to the first line under its header (the top level's first line for ``()``)."""
+
+    @classmethod
+    def of(cls, text: str) -> _KeyLines:
+        tables: dict[tuple[str | int, ...], int] = {}
+        keys: dict[tuple[tuple[str | int, ...], str], int] = {}
+        first_lines: dict[tuple[str | int, ...], int] = {}
+        table: tuple[str | int, ...] = ()
+        counts: dict[str, int] = {}
+        for number, line in enumerate(text.splitlines(), start=1):
+            match = _HEADER.match(line)
+            if match:
+                name = match.group(2)
+                parts: tuple[str | int, ...] = _header_keys(name)
+                if match.group(1) == "[[":
+                    counts[name] = counts.get(name, -1) + 1
+                    parts = (*parts, counts[name])
+                table = parts
+                for end in range(1, len(parts) + 1):
+                    tables.setdefault(parts[:end], number)
+                continue
+            first_lines.setdefault(table, number)
+            key, equals, _ = line.partition("=")
+            if equals:
+                keys.setdefault((table, key.strip()), number)
+        return cls(tables=tables, keys=keys, first_lines=first_lines)
+
+    def line_of(self, where: tuple[str | int, ...]) -> int | None:
+        """Best-effort line number (1-based) of the key at ``where``, e.g. ``("patch", 2, "sha256")``."""
+        table, key = where[:-1], where[-1]
+        found = [self.tables.get(where), self.keys.get((table, key)) if isinstance(key, str) else None]
+        return min((line for line in found if line is not None), default=self.first_lines.get(table))
 
 
 def _closest(word: str, candidates: list[str]) -> str | None:
@@ -276,8 +321,12 @@ class _Reader:
     problems: list[ConfigError] = field(default_factory=list)
     """Every problem found so far; the file is read to its end so all are reported at once."""
 
+    @cached_property
+    def lines(self) -> _KeyLines:
+        return _KeyLines.of(self.text)
+
     def fail(self, where: tuple[str | int, ...], message: str, tip: str | None = None) -> ConfigError:
-        line = _line_of(self.text, where)
+        line = self.lines.line_of(where)
         location = f"{self.path}:{line}" if line else str(self.path)
         return ConfigError(f"{location}: {_dotted(where)}: {message}", tip=tip)
 
@@ -310,7 +359,12 @@ class _Reader:
         if len(self.problems) == 1:
             raise self.problems[0]
         if self.problems:
-            raise ConfigProblemsError(tuple(sorted(self.problems, key=self._line)))
+            ordered = sorted(self.problems, key=self._line)
+            if len(ordered) > SHOWN_PROBLEMS:  # a screenful says what is wrong; thousands more hide it
+                hidden = len(ordered) - SHOWN_PROBLEMS
+                tip = "fix the problems above and run again to see the rest"
+                ordered = [*ordered[:SHOWN_PROBLEMS], ConfigError(f"{self.path}: {hidden} more problems", tip=tip)]
+            raise ConfigProblemsError(tuple(ordered))
 
     def build(self, cls: type[T], table: object, where: tuple[str | int, ...], **extra: Any) -> T:
         if not isinstance(table, dict):
@@ -325,8 +379,10 @@ class _Reader:
         for key, raw in table.items():
             with self.attempt():
                 if key not in settable:
-                    misspelt.add(_closest(key, settable) or "")
-                    raise self.fail((*where, key), "unknown key", tip=_hint(key, settable))
+                    close = _closest(key, settable)
+                    misspelt.add(close or "")
+                    tip = f"did you mean {close!r}?" if close else _hint(key, settable)
+                    raise self.fail((*where, key), "unknown key", tip=tip)
                 values[key] = self.convert(hints[key], raw, (*where, key))
         for name in settable:
             f = fields[name]
@@ -358,16 +414,28 @@ class _Reader:
             if not isinstance(raw, dict):
                 tip = 'write an inline table, e.g. key = { NAME = "value" }'
                 raise self.fail(where, f"expected a table, got {type(raw).__name__}", tip=tip)
+            for k in raw:
+                self.check_text(k, (*where, k))
             return {str(k): self.convert(args[1], v, (*where, str(k))) for k, v in raw.items()}
         if dataclasses.is_dataclass(hint):
             return self.build(typing.cast("type[Any]", hint), raw, where)
+        return self.scalar(hint, raw, where)
+
+    def scalar(self, hint: type, raw: object, where: tuple[str | int, ...]) -> Any:
         expected = {str: str, int: int, bool: bool}[hint]
         # bool is an int in Python; keep them apart in the config.
         if not isinstance(raw, expected) or (expected is int and isinstance(raw, bool)):
             shown = repr(raw) if not isinstance(raw, (dict, list)) else type(raw).__name__
             message = f"expected {expected.__name__}, got {type(raw).__name__} {shown}"
             raise self.fail(where, message, tip=_TYPE_TIPS[expected])
+        if isinstance(raw, str):
+            self.check_text(raw, where)
         return raw
+
+    def check_text(self, text: str, where: tuple[str | int, ...]) -> None:
+        """A NUL can be neither a path, an argument nor a name: refuse it where it is written."""
+        if "\0" in text:
+            raise self.fail(where, "holds a NUL character (\\u0000)", tip="remove the \\u0000 from the value")
 
 
 def _check_hex(reader: _Reader, value: str, pattern: re.Pattern[str], where: tuple[str | int, ...], what: str) -> None:
@@ -393,6 +461,10 @@ def _validate(reader: _Reader, stack: Stack, indices: tuple[int, ...]) -> None:
         seen.add(patch.id)
         with reader.attempt():
             _validate_patch(reader, patch, ("patch", index))
+    for variant in stack.variants:
+        if not NAME.fullmatch(variant.name):  # it names folders under the work dir
+            tip = "name it with letters, digits, '.', '_' and '-', starting with a letter or digit"
+            reader.problems.append(reader.fail(("variant", variant.name), "is not a plain name", tip=tip))
 
 
 def _validate_mode(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
@@ -411,17 +483,49 @@ def _validate_mode(reader: _Reader, patch: PatchEntry, where: tuple[str | int, .
 
 
 def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
-    _check_hex(reader, patch.sha256, HEX64, (*where, "sha256"), "64-hex sha256")
+    """Each check on its own: two problems in one entry are two lines of one run."""
+    checks = (_check_commits, _check_platforms, _validate_mode, _check_origin, _check_guard)
+    for check in checks:
+        with reader.attempt():
+            check(reader, patch, where)
+
+
+def _check_commits(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
+    with reader.attempt():
+        _check_hex(reader, patch.sha256, HEX64, (*where, "sha256"), "64-hex sha256")
     if not SHORT_OR_FULL_COMMIT.fullmatch(patch.origin.head):
         tip = "write the commit's hex id (7 to 40 lowercase characters), or leave head empty"
         raise reader.fail((*where, "origin", "head"), f"must be a commit id, got {patch.origin.head!r}", tip=tip)
     if HEX_PREFIX.fullmatch(patch.origin.base):
         _check_hex(reader, patch.origin.base, HEX40, (*where, "origin", "base"), "40-hex commit id or a branch")
+
+
+def _check_platforms(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
     for platform in patch.platforms:
         if platform not in PLATFORMS:
             tip = _hint(platform, list(PLATFORMS), "valid platforms")
             raise reader.fail((*where, "platforms"), f"unknown platform {platform!r}", tip=tip)
-    _validate_mode(reader, patch, where)
+
+
+def _check_guard(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
+    if patch.guard is None:
+        return
+    for name in patch.guard.files:
+        path = PurePosixPath(name)
+        if not name or path.is_absolute() or ".." in path.parts or "\\" in name:
+            tip = "name a file inside the source tree, relative to its root, e.g. cmake/CMakeLists.txt"
+            raise reader.fail((*where, "guard"), f"file {name!r} is not a path inside the source tree", tip=tip)
+    for pattern in patch.guard.patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            tip = "write a Python regular expression; escape ( [ . * + ? with a backslash to match them as text"
+            raise reader.fail(
+                (*where, "guard"), f"pattern {pattern!r} is not a regular expression: {exc}", tip=tip
+            ) from None
+
+
+def _check_origin(reader: _Reader, patch: PatchEntry, where: tuple[str | int, ...]) -> None:
     if patch.origin.kind == "pr" and not patch.origin.pr:
         raise reader.fail((*where, "origin"), "a pr origin needs its number (pr = N)", tip="add pr = N to the origin")
     if patch.origin.kind != "local" and not patch.origin.repository:
@@ -429,22 +533,27 @@ def _validate_patch(reader: _Reader, patch: PatchEntry, where: tuple[str | int, 
         raise reader.fail((*where, "origin"), f"a {patch.origin.kind} origin needs a repository URL", tip=tip)
 
 
-def _read(path: Path) -> tuple[str, dict[str, Any]]:
+def _read(path: Path, bounds: Bounds) -> tuple[str, dict[str, Any]]:
     """The text and the TOML document of ``path``, or one line saying why there is none."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_at_most(path, size_limit(bounds.stack_file_mib))
     except FileNotFoundError:
         msg = f"no stack file at {path}"
         raise ConfigError(msg, tip="run from the project root or pass --stack PATH") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        msg = f"{path}:{line}: not UTF-8 text"
-        raise ConfigError(msg, tip="save the file as UTF-8") from None
     except OSError as exc:
         msg = f"cannot read {path}: {exc.strerror or exc}"
         raise ConfigError(msg, tip="pass --stack the path of a readable stack.toml") from None
+    if data is None:
+        msg = f"{path} is larger than {bounds.stack_file_mib:g} MiB: not a stack file"
+        raise ConfigError(msg, tip="check --stack; for a larger stack file raise ORTSTACK_STACK_FILE_MAX_MIB")
     try:
-        return text, tomllib.loads(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        msg = f"{path}:{line}: not UTF-8 text"
+        raise ConfigError(msg, tip="save the file as UTF-8") from None
+    try:
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         said = " ".join(str(exc).split())
         at = _TOML_AT.search(said)
@@ -453,6 +562,16 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         msg = f"{where}: not valid TOML: {reason}" + (f" (column {at.group(2)})" if at else "")
         tip = "TOML wants key = value, strings in double quotes, tables as [name] and arrays as [1, 2]"
         raise ConfigError(msg, tip=tip) from None
+    except RecursionError:  # deeper than the parser can follow: far past the bound
+        raise _too_deep(path, bounds) from None
+    if nesting_of(document, bounds.nesting) > bounds.nesting:
+        raise _too_deep(path, bounds)
+    return text, document
+
+
+def _too_deep(path: Path, bounds: Bounds) -> ConfigError:
+    msg = f"{path}: arrays or tables nest more than {bounds.nesting} deep: not a stack file"
+    return ConfigError(msg, tip="check --stack; for deeper nesting raise ORTSTACK_MAX_NESTING")
 
 
 def _named_tables(reader: _Reader, data: dict[str, Any], key: str, cls: type[T], *, named: bool) -> dict[str, T]:
@@ -465,13 +584,15 @@ def _named_tables(reader: _Reader, data: dict[str, Any], key: str, cls: type[T],
     built: dict[str, T] = {}
     for name, table in raw.items():
         with reader.attempt():
+            reader.check_text(name, (key, name))
             built[name] = reader.build(cls, table, (key, name), **({"name": name} if named else {}))
     return built
 
 
-def load(path: Path) -> Stack:
-    """Read and validate ``path``; every problem the file has is reported, each with its line."""
-    text, data = _read(path)
+def load(path: Path, bounds: Bounds | None = None) -> Stack:
+    """Read and validate ``path`` (no more of it than ``bounds`` allow); every problem the file has is
+    reported, each with its line."""
+    text, data = _read(path, bounds or Bounds())
     reader = _Reader(path=path, text=text)
     allowed = ["ort", "patch", "variant", "build", "deps"]
     for key in data:

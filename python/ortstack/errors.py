@@ -54,6 +54,10 @@ class NotAWheelError(UsageError):
     """A path given as a wheel is missing, is not named like a wheel, or is not a zip archive."""
 
 
+class WheelNotForThisMachineError(UsageError):
+    """A wheel whose platform tags this machine does not support: pip would refuse to install it."""
+
+
 class ConfigError(OrtstackError):
     """``stack.toml``, the lock file or the environment is invalid."""
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import tomli_w
 
 from ortstack import log
+from ortstack.bounds import Bounds, nesting_of, read_at_most, size_limit
+from ortstack.config import HEX40, HEX64
 from ortstack.errors import ConfigError
 
 HEADER = "# Written by ortstack: values resolved on first use. Commit this file; edit stack.toml instead.\n"
@@ -29,18 +31,38 @@ class Lock:
     values: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path, *, locked: bool = False) -> Lock:
-        if not path.exists():
-            return cls(path=path, locked=locked)
+    def load(cls, path: Path, *, locked: bool = False, bounds: Bounds | None = None) -> Lock:
+        """The lock at ``path`` (empty when there is none); every value checked for its shape."""
+        bounds = bounds or Bounds()
+        tip = f"restore {path.name} from version control, or delete it to resolve its values again"
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = read_at_most(path, size_limit(bounds.lock_file_mib))
+        except FileNotFoundError:
+            return cls(path=path, locked=locked)
+        except OSError as exc:
+            msg = f"{path}: cannot read the lock file: {exc.strerror or exc}"
+            raise ConfigError(msg, tip=tip) from None
+        if data is None:
+            msg = f"{path} is larger than {bounds.lock_file_mib:g} MiB: not a lock file ortstack wrote"
+            raise ConfigError(msg, tip=f"{tip}; for a larger one raise ORTSTACK_LOCK_FILE_MAX_MIB")
+        try:
+            document = tomllib.loads(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            msg = f"{path}: not UTF-8 text"
+            raise ConfigError(msg, tip=tip) from None
         except tomllib.TOMLDecodeError as exc:
-            msg = f"{path}: not valid TOML: {exc}"
-            raise ConfigError(msg, tip=f"delete {path.name} to resolve its values again") from None
-        resolved = data.get("resolved", {})
+            msg = f"{path}: not valid TOML: {' '.join(str(exc).split())}"
+            raise ConfigError(msg, tip=tip) from None
+        except RecursionError:  # deeper than the parser can follow: far past the bound
+            raise _too_deep(path, bounds, tip) from None
+        if nesting_of(document, bounds.nesting) > bounds.nesting:
+            raise _too_deep(path, bounds, tip)
+        resolved = document.get("resolved", {})
         if not isinstance(resolved, dict) or not all(isinstance(v, str) for v in resolved.values()):
             msg = f"{path}: [resolved] must map names to strings"
-            raise ConfigError(msg)
+            raise ConfigError(msg, tip=tip)
+        for key, value in resolved.items():
+            _check_value(path, key, value, tip)
         return cls(path=path, locked=locked, values=dict(resolved))
 
     def get(self, key: str) -> str | None:
@@ -54,16 +76,34 @@ class Lock:
         if current is not None:
             msg = f"{what}: {key} is locked to {current} but resolved to {value}"
             raise ConfigError(msg, tip=f"if the change is intended, remove {key} from {self.path.name}")
-        if self.locked:
-            msg = f"{what}: {key} is not in {self.path.name} and --locked forbids resolving it"
-            raise ConfigError(msg, tip="run once without --locked and commit the lock file")
+        self.check_resolvable(key, what=what)
         log.loud(f"trust on first use: {what}\n{key} = {value}\nrecorded in {self.path}")
         self.values[key] = value
         self.save()
 
+    def check_resolvable(self, key: str, *, what: str) -> None:
+        """Refuse, before any work, a value ``--locked`` will not let ``resolve`` record."""
+        if self.locked and key not in self.values:
+            msg = f"{what}: {key} is not in {self.path.name} and --locked forbids resolving it"
+            raise ConfigError(msg, tip="run once without --locked and commit the lock file")
+
     def save(self) -> None:
         payload = HEADER + tomli_w.dumps({"resolved": dict(sorted(self.values.items()))})
         write_atomic(self.path, payload.encode())
+
+
+def _too_deep(path: Path, bounds: Bounds, tip: str) -> ConfigError:
+    msg = f"{path}: arrays or tables nest more than {bounds.nesting} deep: not a lock file ortstack wrote"
+    return ConfigError(msg, tip=tip)
+
+
+def _check_value(path: Path, key: str, value: str, tip: str) -> None:
+    """A lock holds digests and commit ids only: anything else (a path, ``..``) is refused before use."""
+    head = key.startswith("patch.") and key.endswith(".head")
+    shape, what = (HEX40, "a 40-hex commit id") if head else (HEX64, "a 64-hex sha256")
+    if not shape.fullmatch(value):
+        msg = f"{path}: {key!r} must be {what}, got {value[:80]!r}"
+        raise ConfigError(msg, tip=tip)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

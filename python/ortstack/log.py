@@ -7,6 +7,7 @@ rich's rules, which honour ``NO_COLOR`` and ``FORCE_COLOR``.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -31,6 +32,20 @@ if TYPE_CHECKING:
 
 console = Console(stderr=True, highlight=False)
 
+# C0 and C1 controls but tab and newline, and the marks that reorder text (bidi overrides).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as ``\\x1b``: a name from a user file never reaches the
+    terminal as an escape sequence (retitling or clearing it)."""
+    return _CONTROLS.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def _one_line(text: str) -> str:
+    """``printable`` text on one line, a newline shown as ``\\n``."""
+    return printable(text).replace("\n", "\\n")
+
 
 def _on_github_actions() -> bool:
     return os.environ.get("GITHUB_ACTIONS") == "true"
@@ -47,9 +62,10 @@ _timings = _Timings()
 @contextmanager
 def step(title: str) -> Iterator[None]:
     """Announce ``title``, time it, and fold its output on GitHub Actions."""
+    title = _one_line(title)
     if _on_github_actions():
         sys.stderr.write(f"::group::{title}\n")
-    console.print(f"[bold cyan]==>[/] [bold]{title}[/]")
+    console.print(f"[bold cyan]==>[/] [bold]{escape(title)}[/]")
     start = time.perf_counter()
     try:
         yield
@@ -58,45 +74,45 @@ def step(title: str) -> Iterator[None]:
         _timings.steps.append((title, elapsed))
         if _on_github_actions():
             sys.stderr.write("::endgroup::\n")
-        console.print(f"[dim]    {title}: {elapsed:.1f} s[/]")
+        console.print(f"[dim]    {escape(title)}: {elapsed:.1f} s[/]")
 
 
 def info(message: str) -> None:
-    console.print(f"    {message}", markup=False)
+    console.print(f"    {printable(message)}", markup=False)
 
 
 def success(message: str) -> None:
     """The one-line summary a verb ends with."""
-    console.print(f"[bold green]ok:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    console.print(f"[bold green]ok:[/] {escape(_one_line(message))}", soft_wrap=True, highlight=False)
 
 
 def warn(message: str) -> None:
-    console.print(f"[bold yellow]warning:[/] {escape(message)}", soft_wrap=True)
+    console.print(f"[bold yellow]warning:[/] {escape(_one_line(message))}", soft_wrap=True)
 
 
 def loud(message: str) -> None:
     """Something the user must not miss (trust-on-first-use, an upstreamed patch)."""
     console.rule("[bold yellow]attention")
-    console.print(f"[bold yellow]{escape(message)}[/]")
+    console.print(f"[bold yellow]{escape(printable(message))}[/]")
     console.rule()
 
 
 def command(cmdline: str, *, cwd: Path | None = None) -> None:
-    where = f" [dim](in {cwd})[/]" if cwd is not None else ""
-    console.print(f"[dim]+ {cmdline}[/]{where}", soft_wrap=True, markup=True)
+    where = f" [dim](in {escape(printable(str(cwd)))})[/]" if cwd is not None else ""
+    console.print(f"[dim]+ {escape(_one_line(cmdline))}[/]{where}", soft_wrap=True, markup=True)
 
 
 def error(message: str, tip: str | None = None) -> None:
     # soft_wrap: the error stays one line however narrow the terminal, so logs and tests can grep it.
-    console.print(f"[bold red]ortstack: error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]ortstack: error:[/] {escape(_one_line(message))}", highlight=False, soft_wrap=True)
     if tip:
-        console.print(f"[bold]tip:[/] {escape(tip)}", highlight=False, soft_wrap=True)
+        console.print(f"[bold]tip:[/] {escape(_one_line(tip))}", highlight=False, soft_wrap=True)
 
 
 @contextmanager
 def waiting(message: str) -> Iterator[None]:
     """A spinner while a long step without its own progress runs (a silent line when not a terminal)."""
-    with console.status(escape(message)):
+    with console.status(escape(_one_line(message))):
         yield
 
 
@@ -133,11 +149,12 @@ def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     # Columns apart by a rule and one space, no outer frame: two characters per column boundary.
     out = Table(title=title, title_justify="left", box=box.MINIMAL, show_edge=False, padding=(0, 0, 0, 1))
     out.pad_edge = False
-    widths = _column_widths(columns, rows, console.width - 2 * (len(columns) - 1))
+    shown = [[printable(cell) for cell in row] for row in rows]
+    widths = _column_widths(columns, shown, console.width - 2 * (len(columns) - 1))
     for name, width in zip(columns, widths, strict=True):
         out.add_column(name, width=width, overflow="fold")
-    for row in rows:
-        out.add_row(*row)
+    for row in shown:
+        out.add_row(*(escape(cell) for cell in row))
     console.print(out)
 
 

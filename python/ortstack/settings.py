@@ -6,12 +6,13 @@ The environment is passed in as a mapping; nothing below this module reads ``os.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import platformdirs
 
+from ortstack.bounds import Bounds
 from ortstack.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ class Settings:
     """Wait for another ortstack process holding a cache lock (``--no-wait`` turns it off)."""
     env: Mapping[str, str]
     """The environment subprocesses inherit."""
+    bounds: Bounds = field(default_factory=Bounds)
+    """How much of an untrusted input is read (``ORTSTACK_*_MAX_*``)."""
 
     @property
     def lock_file(self) -> Path:
@@ -68,11 +71,13 @@ def resolve(
     """Combine command-line values (``None`` = not given) with the environment and the defaults."""
 
     def pick(cli: Path | None, name: str, default: Path) -> Path:
-        if cli is not None:
-            return cli.resolve()
-        if env.get(name):
-            return Path(env[name]).expanduser().resolve()
-        return default.resolve()
+        chosen = cli if cli is not None else Path(env[name]).expanduser() if env.get(name) else default
+        try:
+            return chosen.resolve()
+        except (OSError, RuntimeError):  # RuntimeError: a loop of links, before Python 3.13
+            option = f"--{name.removeprefix('ORTSTACK_').lower().replace('_', '-')} or {name}"
+            msg = f"{chosen} cannot be followed: a loop of links ({option})"
+            raise ConfigError(msg, tip="point it at a real file or folder") from None
 
     stack = pick(stack_file, "ORTSTACK_STACK", Path("stack.toml"))
     return Settings(
@@ -83,6 +88,7 @@ def resolve(
         locked=locked if locked is not None else truthy(env.get("ORTSTACK_LOCKED", ""), "ORTSTACK_LOCKED"),
         wait_for_lock=wait_for_lock if wait_for_lock is not None else True,
         env=dict(env),
+        bounds=Bounds.from_env(env),
     )
 
 

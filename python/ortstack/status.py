@@ -64,7 +64,7 @@ def sections(context: StatusContext) -> list[Section]:
 
 def pin_section(context: StatusContext) -> Section:
     ort = context.stack.ort
-    lock = Lock.load(context.settings.lock_file)
+    lock = Lock.load(context.settings.lock_file, bounds=context.settings.bounds)
     if ort.archive_sha256:
         digest = f"{ort.archive_sha256} (stack.toml)"
     elif ort.archive_url and lock.get(ort.archive_url):

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    stack = config.load(settings.stack_file)
+    stack = config.load(settings.stack_file, settings.bounds)
     chosen = [stack.variant(name) for name in args.variant] if args.variant else list(stack.variants)
     request = build.BuildRequest(
         jobs=args.parallel,

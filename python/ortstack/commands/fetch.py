@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    stack = config.load(settings.stack_file)
+    stack = config.load(settings.stack_file, settings.bounds)
     with log.step("fetch onnxruntime source"):
         result = fetch.ensure_source(stack, settings, method=args.via, source_dir=args.source_dir)
     log.success(result.summary())

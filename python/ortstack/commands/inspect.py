@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("wheel", type=Path, metavar="WHEEL", help="the .whl file")
 
 
-def main(args: argparse.Namespace, settings: Settings) -> int:  # noqa: ARG001 - the verb interface
+def main(args: argparse.Namespace, settings: Settings) -> int:
     wheel = wheelfile.check(args.wheel)
-    print(buildinfo.read_from_wheel(wheel.path).to_json(), end="")
+    print(buildinfo.read_from_wheel(wheel.path, settings.bounds).to_json(), end="")
     log.success(f"build info of {wheel.label}")
     return 0

@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    stack = config.load(settings.stack_file)
-    lock = Lock.load(settings.lock_file, locked=settings.locked)
+    stack = config.load(settings.stack_file, settings.bounds)
+    lock = Lock.load(settings.lock_file, locked=settings.locked, bounds=settings.bounds)
     variants = args.variant or [v.name for v in stack.variants] or ["default"]
     for name in variants:
         if stack.variants:

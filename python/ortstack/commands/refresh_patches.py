@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    stack = config.load(settings.stack_file)
-    lock = Lock.load(settings.lock_file, locked=settings.locked)
+    stack = config.load(settings.stack_file, settings.bounds)
+    lock = Lock.load(settings.lock_file, locked=settings.locked, bounds=settings.bounds)
     known = {e.id for e in stack.patches}
     unknown = [i for i in args.ids if i not in known]
     if unknown:

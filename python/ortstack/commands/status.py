@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
     del args
-    context = status.StatusContext(stack=config.load(settings.stack_file), settings=settings)
+    context = status.StatusContext(stack=config.load(settings.stack_file, settings.bounds), settings=settings)
     for section in status.sections(context):
         log.table(section.title, section.columns, section.rows)
         for note in section.notes:

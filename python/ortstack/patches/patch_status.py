@@ -132,7 +132,7 @@ def section(context: StatusContext) -> Section | None:
     if not stack.patches:
         return None
     platform = series.host_platform()
-    lock = Lock.load(settings.lock_file)
+    lock = Lock.load(settings.lock_file, bounds=settings.bounds)
     columns = ["patch", "origin", "vendored", f"on {platform}", "guard", "platforms"]
     missing = [e.id for e in stack.patches if not series.is_vendored(stack, e)]
     notes: tuple[str, ...] = ()

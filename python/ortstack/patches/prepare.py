@@ -338,6 +338,7 @@ def prepare(
                 raise PatchError(msg, tip=tip)
             if not unsaved and current.fingerprint == wanted:
                 check_guards(stack, target, platform)
+                series.record_first_use(verified, lock)  # these very files made this tree
                 log.info(f"prepared tree {target} is up to date (fingerprint {wanted[:12]})")
                 return current
         for leftover in target.parent.glob(f".{target.name}.*"):  # from a run that was killed
@@ -365,6 +366,7 @@ def prepare(
                 outcomes=tuple(outcomes),
             )
             write_state(prepared, new)
+            series.record_first_use(verified, lock)
             _swap(new, target)
             failure_file(target).unlink(missing_ok=True)
         except BaseException:

@@ -219,7 +219,7 @@ def vendor_missing(stack: Stack, lock: Lock, *, platform: str, env: Mapping[str,
             msg = f"patch {entry.id} is not vendored ({entry.file} is missing) and --locked forbids downloading it"
             raise PatchError(msg, tip=f"run {series.REFRESH_COMMAND} and commit patches/ and {stack.path.name}")
         log.loud(f"patch {entry.id} is not vendored: downloading it once from {entry.origin.repository}")
-        head, sha256 = download(stack, entry, lock, via="http", update=False, env=env, cache_dir=cache_dir)
+        head, _ = download(stack, entry, lock, via="http", update=False, env=env, cache_dir=cache_dir)
         lock.resolve(series.head_key(entry), head, what=f"head commit of {entry.id}")
-        if not entry.sha256:
-            lock.resolve(series.sha256_key(entry), sha256, what=f"sha256 of {entry.file}")
+        # Trusted only once it is read as a safe patch: a refused file leaves no digest in the lock.
+        series.record_first_use([series.verify(stack, entry, lock, env)], lock)

@@ -79,6 +79,8 @@ class Verified:
     sha256: str
     patch: patchfile.PatchFile
     hunks: PatchSet
+    first_use: bool = False
+    """No digest was pinned: ``sha256`` is recorded in the lock once the series applied (trust-on-first-use)."""
 
     @property
     def name(self) -> str:
@@ -96,7 +98,8 @@ def fix_tip(entry: PatchEntry) -> str:
 
 
 def verify(stack: Stack, entry: PatchEntry, lock: Lock, env: Mapping[str, str]) -> Verified:
-    """Read ``entry``'s file, check its sha256 (recording it on first use) and parse it."""
+    """Read ``entry``'s file, check its sha256 and parse it; a digest seen for the first time is not
+    recorded here but by ``record_first_use``, once the file has also applied: a refused patch is never trusted."""
     path = patch_path(stack, entry)
     if not path.is_file():
         msg = f"patch {entry.id} is not vendored: {entry.file} does not exist"
@@ -106,7 +109,7 @@ def verify(stack: Stack, entry: PatchEntry, lock: Lock, env: Mapping[str, str]) 
     found = patchfile.sha256_hex(data)
     expected = expected_sha256(entry, lock)
     if expected is None:
-        lock.resolve(sha256_key(entry), found, what=f"sha256 of {entry.file}")
+        lock.check_resolvable(sha256_key(entry), what=f"sha256 of {entry.file}")
     elif expected != found:
         msg = f"patch {path.name} ({entry.id}) has sha256 {found}, but the series pins {expected}"
         tip = (
@@ -121,7 +124,14 @@ def verify(stack: Stack, entry: PatchEntry, lock: Lock, env: Mapping[str, str]) 
         raise PatchError(msg, tip=fix_tip(entry)) from None
     parsed = patchfile.split(text, path.name)
     hunks = patchfile.validate(parsed, path.name, text=text, env=env, tip=fix_tip(entry))
-    return Verified(entry=entry, path=path, sha256=found, patch=parsed, hunks=hunks)
+    return Verified(entry=entry, path=path, sha256=found, patch=parsed, hunks=hunks, first_use=expected is None)
+
+
+def record_first_use(verified: list[Verified], lock: Lock) -> None:
+    """Record in the lock the digests of files that were verified, parsed and applied for the first time."""
+    for patch in verified:
+        if patch.first_use:
+            lock.resolve(sha256_key(patch.entry), patch.sha256, what=f"sha256 of {patch.entry.file}")
 
 
 def verify_series(stack: Stack, lock: Lock, platform: str, env: Mapping[str, str]) -> list[Verified]:

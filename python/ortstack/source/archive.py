@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING
 
-from ortstack.errors import ConfigError, DiskSpaceError, FetchError, UnsafeArchiveError
+from ortstack.bounds import positive_number
+from ortstack.errors import DiskSpaceError, FetchError, UnsafeArchiveError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar", ".zip")
 _UNSAFE_TIP = "the archive is not a plain source archive; check the URL and where it comes from"
 MIB = 1024**2
+_SHOWN = 120
+"""Characters of a member's name an error shows."""
 # What the decompressors and readers raise for bytes that are not a whole archive.
 _CORRUPT = (
     tarfile.ReadError,
@@ -58,22 +61,20 @@ class Limits:
     """Total size of the files (``ORTSTACK_ARCHIVE_MAX_MIB``)."""
     max_ratio: float = 100.0
     """Expanded bytes per archive byte (``ORTSTACK_ARCHIVE_MAX_RATIO``); source code compresses 5-10 times."""
+    max_depth: int = 64
+    """Folders in one member's path (``ORTSTACK_ARCHIVE_MAX_DEPTH``); onnxruntime's deepest is about 15."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Limits:
-        values = {}
-        for name, key in (("max_mib", "ORTSTACK_ARCHIVE_MAX_MIB"), ("max_ratio", "ORTSTACK_ARCHIVE_MAX_RATIO")):
-            raw = env.get(key, "").strip()
-            if not raw:
-                continue
-            try:
-                values[name] = float(raw)
-            except ValueError:
-                values[name] = -1.0
-            if not values[name] > 0:
-                msg = f"{key}={raw!r} is not a positive number"
-                raise ConfigError(msg, tip=f"set {key} to a number above 0, or unset it for the default")
-        return cls(**values)
+        max_mib = positive_number(env, "ORTSTACK_ARCHIVE_MAX_MIB")
+        max_ratio = positive_number(env, "ORTSTACK_ARCHIVE_MAX_RATIO")
+        max_depth = positive_number(env, "ORTSTACK_ARCHIVE_MAX_DEPTH")
+        default = cls()
+        return cls(
+            max_mib=max_mib or default.max_mib,
+            max_ratio=max_ratio or default.max_ratio,
+            max_depth=max(1, int(max_depth)) if max_depth else default.max_depth,
+        )
 
 
 @dataclass(kw_only=True)
@@ -84,6 +85,13 @@ class _Tally:
     size: int
     limits: Limits
     total: int = 0
+
+    def check_depth(self, name: str) -> None:
+        """A path deeper than the limit is refused before anything is written (extracting it would recurse)."""
+        depth = len(PurePosixPath(name.replace("\\", "/")).parts)
+        if depth > self.limits.max_depth:
+            why = f"{depth} folders deep, more than {self.limits.max_depth} (ORTSTACK_ARCHIVE_MAX_DEPTH)"
+            raise _unsafe(self.label, name if len(name) <= _SHOWN else f"{name[:_SHOWN]}...", why)
 
     def add(self, name: str, size: int) -> None:
         self.total += size
@@ -213,6 +221,7 @@ def _read_members(tar: tarfile.TarFile, tally: _Tally) -> list[tarfile.TarInfo]:
     """Every header, counting declared sizes as it goes (a bomb stops here, early, not on disk)."""
     members = []
     for member in tar:  # reads header after header: a truncated stream fails here
+        tally.check_depth(member.name)
         if member.isfile():
             tally.add(member.name, member.size)
         members.append(member)
@@ -273,6 +282,7 @@ def _extract_zip(archive: Path, dest: Path, tally: _Tally) -> str | None:
         with zipfile.ZipFile(archive) as bundle:
             infos = bundle.infolist()
             for info in infos:  # zipfile never reads past a member's declared size
+                tally.check_depth(info.filename)
                 tally.add(info.filename, info.file_size)
             top = _top_folder(info.filename for info in infos)
             seen: set[str] = set()

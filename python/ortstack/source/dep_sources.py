@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortstack import _run, diskspace, log
+from ortstack.bounds import size_limit
 from ortstack.cache import make_read_only, remove_tree
 from ortstack.errors import ConfigError, FetchError, PatchError
 from ortstack.lockfile import write_atomic
@@ -272,6 +273,7 @@ def mirror_for(settings: Settings, source_dir: Path, stack: Stack, local: Mappin
     mirror = deps.mirror_path(settings)
     if deps.missing_from_mirror(wanted, mirror):
         diskspace.check("deps", mirror, settings.env)
-    outcomes = deps.mirror_all(wanted, mirror, fetch.cache_for(settings))
+    max_bytes = size_limit(settings.bounds.download_mib)
+    outcomes = deps.mirror_all(wanted, mirror, fetch.cache_for(settings), max_bytes=max_bytes)
     fetched = sum(1 for outcome in outcomes.values() if outcome == "downloaded")
     return f"{len(outcomes)} deps.txt entries the configure needs are in {mirror} ({fetched} downloaded now)"

@@ -103,7 +103,7 @@ def _in_mirror(target: Path, sha1: str, cache: Cache) -> bool:
     return download.digest_of(target, "sha1") == sha1
 
 
-def _fetch_one(dependency: Dependency, mirror: Path, cache: Cache) -> str:
+def _fetch_one(dependency: Dependency, mirror: Path, cache: Cache, max_bytes: int) -> str:
     target = dependency.mirror_path(mirror)
     # The content-addressed cache verifies the sha1; the mirror only links to what it holds.
     if not dependency.sha1:
@@ -111,7 +111,7 @@ def _fetch_one(dependency: Dependency, mirror: Path, cache: Cache) -> str:
         raise FetchError(msg, tip="onnxruntime pins every dependency by sha1; check the deps.txt line")
     if _in_mirror(target, dependency.sha1, cache):
         return "in mirror"
-    cached = fetch.cached_download(cache, dependency.url, digest=dependency.sha1, algorithm="sha1")
+    cached = fetch.cached_download(cache, dependency.url, digest=dependency.sha1, algorithm="sha1", max_bytes=max_bytes)
     _link(cached, target)
     return "downloaded"
 
@@ -138,14 +138,22 @@ def link_tree_mirror(dependencies: list[Dependency], mirror: Path, tree: Path) -
             _link(source, target)
 
 
-def mirror_all(dependencies: list[Dependency], mirror: Path, cache: Cache, *, jobs: int = 8) -> dict[str, str]:
-    """Put every dependency into ``mirror``, downloading in parallel; returns name -> what happened."""
+def mirror_all(
+    dependencies: list[Dependency],
+    mirror: Path,
+    cache: Cache,
+    *,
+    jobs: int = 8,
+    max_bytes: int = download.DEFAULT_MAX_BYTES,
+) -> dict[str, str]:
+    """Put every dependency into ``mirror``, downloading in parallel (each no larger than ``max_bytes``);
+    returns name -> what happened."""
     mirror.mkdir(parents=True, exist_ok=True)
     cache.ensure()
     outcomes: dict[str, str] = {}
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(_fetch_one, dep, mirror, cache): dep for dep in dependencies}
+        futures = {pool.submit(_fetch_one, dep, mirror, cache, max_bytes): dep for dep in dependencies}
         for future, dependency in futures.items():
             try:
                 outcomes[dependency.name] = future.result()

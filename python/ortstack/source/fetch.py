@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ortstack import _run, diskspace, log
+from ortstack.bounds import Bounds, size_limit
 from ortstack.cache import Cache, remove_tree, tree_size
 from ortstack.errors import ChecksumError, ConfigError, FetchError
 from ortstack.lockfile import Lock, write_atomic
@@ -27,12 +31,12 @@ from ortstack.source import archive, download
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Mapping
-    from pathlib import Path
 
     from ortstack.config import OrtPin, Stack
     from ortstack.settings import Settings
 
 Method = Literal["auto", "git", "archive"]
+_DIGEST_LENGTHS = {"sha256": 64, "sha1": 40}
 SOURCE_MARKS = ("VERSION_NUMBER", "cmake/CMakeLists.txt")
 """Files every onnxruntime tree has at its root; a tree without them is not the pinned project."""
 
@@ -85,7 +89,7 @@ def ensure_source(
     cached = _cached(cache, pin.commit, start)
     if cached is not None:
         return cached
-    lock = Lock.load(settings.lock_file, locked=settings.locked)
+    lock = Lock.load(settings.lock_file, locked=settings.locked, bounds=settings.bounds)
     chosen = method if method != "auto" else ("archive" if pin.archive_url else "git")
     if chosen == "archive" and not pin.archive_url:
         msg = f"{stack.path}: [ort] has no archive_url to fetch from"
@@ -107,7 +111,7 @@ def ensure_source(
                 check_source_tree(staged, f"commit {pin.commit} of {pin.repository}")
                 record: dict[str, Any] = {"method": "git", "origin": pin.repository}
             else:
-                record = _fetch_archive(pin, cache, lock, staged, limits)
+                record = _fetch_archive(pin, cache, lock, staged, limits=limits, bounds=settings.bounds)
             files, size = tree_size(staged)
             record |= {"commit": pin.commit, "files": files, "size": size, "fetched": datetime.now(UTC).isoformat()}
             final = cache.publish_source(staged, pin.commit, record)
@@ -226,7 +230,9 @@ def git_tree(cache: Cache, repository: str, commit: str, env: Mapping[str, str],
 # By archive.
 
 
-def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path, limits: archive.Limits) -> dict[str, Any]:
+def _fetch_archive(
+    pin: OrtPin, cache: Cache, lock: Lock, staged: Path, *, limits: archive.Limits, bounds: Bounds
+) -> dict[str, Any]:
     """Get the archive (verified), extract it into ``staged``; returns the marker record."""
     url = pin.archive_url
     suffix = archive.suffix_of(url)
@@ -235,10 +241,11 @@ def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path, limits: 
         msg = f"the sha256 of {url} is neither in stack.toml nor in {lock.path.name}, and --locked forbids resolving it"
         raise ConfigError(msg, tip="run once without --locked and commit the lock file, or set archive_sha256")
     if expected:
-        path = cached_download(cache, url, digest=expected, suffix=suffix)
+        max_bytes = size_limit(bounds.download_mib)
+        path = cached_download(cache, url, digest=expected, suffix=suffix, max_bytes=max_bytes)
         digest = expected
     else:
-        path, digest = _first_download(url, suffix, cache)
+        path, digest = _first_download(url, suffix, cache, size_limit(bounds.download_mib))
     try:
         _check_commit(url, archive.extract(path, staged, label=url, limits=limits), pin.commit)
         check_source_tree(staged, url)
@@ -271,13 +278,24 @@ def _check_commit(url: str, found: str | None, pinned: str) -> None:
         raise FetchError(msg, tip="make archive_url and commit in stack.toml name the same commit")
 
 
-def cached_download(cache: Cache, url: str, *, digest: str, algorithm: str = "sha256", suffix: str = "") -> Path:
+def cached_download(
+    cache: Cache,
+    url: str,
+    *,
+    digest: str,
+    algorithm: str = "sha256",
+    suffix: str = "",
+    max_bytes: int = download.DEFAULT_MAX_BYTES,
+) -> Path:
     """The file at ``url`` whose ``algorithm`` digest is ``digest``, from the cache or downloaded and verified.
 
     Kept as ``archives/<digest><suffix>`` (sha256) or ``archives/<algorithm>-<digest><suffix>``;
     a file already there is checked against its digest (disks and people damage caches) and returned
-    without network I/O; a damaged one is downloaded again.
+    without network I/O; a damaged one is downloaded again. A download larger than ``max_bytes`` is refused.
     """
+    if not re.fullmatch(f"[0-9a-f]{{{_DIGEST_LENGTHS[algorithm]}}}", digest):  # it becomes a file name
+        msg = f"the pinned {algorithm} of {url} is not {_DIGEST_LENGTHS[algorithm]} hex digits: {digest[:80]!r}"
+        raise ConfigError(msg, tip="pin the digest the file has: lowercase hex, nothing else")
     name = digest if algorithm == "sha256" else f"{algorithm}-{digest}"
     final = cache.archives / f"{name}{suffix}"
     if final.is_file() and download.digest_of(final, algorithm) == digest:
@@ -289,7 +307,7 @@ def cached_download(cache: Cache, url: str, *, digest: str, algorithm: str = "sh
             log.warn(f"{final} no longer has {algorithm} {digest} (damaged in the cache); downloading it again")
             final.unlink()
         part = final.with_name(final.name + ".part")
-        download.download(url, part)
+        download.download(url, part, max_bytes=max_bytes)
         found = download.digest_of(part, algorithm)
         if found != digest:
             size = part.stat().st_size
@@ -301,12 +319,12 @@ def cached_download(cache: Cache, url: str, *, digest: str, algorithm: str = "sh
     return final
 
 
-def _first_download(url: str, suffix: str, cache: Cache) -> tuple[Path, str]:
+def _first_download(url: str, suffix: str, cache: Cache, max_bytes: int) -> tuple[Path, str]:
     """Trust on first use: download, then file the archive under the digest it turned out to have."""
     key = hashlib.sha256(url.encode()).hexdigest()[:16]
     with cache.lock(f"archive-url-{key}", what=f"the download of {url}"):
         part = cache.archives / f"url-{key}{suffix}.part"
-        download.download(url, part)
+        download.download(url, part, max_bytes=max_bytes)
         digest = download.digest_of(part)
         final = cache.archives / f"{digest}{suffix}"
         part.replace(final)
@@ -318,7 +336,12 @@ def _first_download(url: str, suffix: str, cache: Cache) -> tuple[Path, str]:
 
 
 def _use_local(path: Path, commit: str, env: Mapping[str, str], start: float) -> FetchResult:
-    source = path.resolve()
+    try:
+        source = path.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of links, before Python 3.13
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "a loop of links"
+        msg = f"--source-dir {path} cannot be followed ({reason})"
+        raise FetchError(msg, tip="pass the folder of an onnxruntime checkout itself") from None
     if not source.is_dir():
         msg = f"--source-dir {path} does not exist"
         raise FetchError(msg, tip="pass the folder of an onnxruntime checkout")
@@ -341,8 +364,27 @@ def _use_local(path: Path, commit: str, env: Mapping[str, str], start: float) ->
     if changes.stdout.strip():
         log.warn(f"{path} has uncommitted changes; they become part of the source")
     check_source_tree(source, f"--source-dir {path}", tip="pass the folder of an onnxruntime checkout")
+    leaving = _link_leaving(source)
+    if leaving is not None:
+        name, target = leaving
+        msg = f"--source-dir {path} holds {name!r}, a link to {target!r} outside the checkout"
+        tip = "remove the link from the checkout: a source tree may hold no link that leads out of it"
+        raise FetchError(msg, tip=tip)
     record = {"commit": commit, "method": "local", "origin": str(source)}
     return _result(source, record, cached=True, start=start)
+
+
+def _link_leaving(tree: Path) -> tuple[str, str] | None:
+    """The first link in ``tree`` (``.git`` aside) that resolves outside it, with its target; links not followed."""
+    root = os.path.realpath(tree)
+    for folder, folders, files in os.walk(root):
+        if folder == root:
+            folders[:] = [name for name in folders if name != ".git"]
+        for name in folders + files:
+            entry = Path(folder, name)
+            if entry.is_symlink() and os.path.commonpath([root, os.path.realpath(entry)]) != root:
+                return entry.relative_to(root).as_posix(), str(entry.readlink())
+    return None
 
 
 def local_record_file(settings: Settings) -> Path:

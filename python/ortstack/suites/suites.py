@@ -299,7 +299,10 @@ def _junit_counts(report: Path) -> str:
 
 
 def check_lanes_can_run(sets: Sequence[WheelSet], env: Mapping[str, str]) -> None:
-    """Stop before any venv is made when a WebGPU lane asked for has no driver to run on."""
+    """Stop before any venv is made when a wheel is built for another platform (pip would refuse it) or
+    a WebGPU lane asked for has no driver to run on."""
+    for requirement in (r for s in sets for r in s.requirements if r.endswith(".whl")):
+        wheelfile.check_fits_machine(wheelfile.check(Path(requirement)))
     asked = sorted({ep for s in sets for ep in s.eps} & WEBGPU_LANES)
     missing = vulkan.missing_driver(env) if asked else None
     if missing is not None:

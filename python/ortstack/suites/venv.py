@@ -8,8 +8,9 @@ version stays part of its requirement (``onnxruntime==1.27.0+stack.ab12``) or wh
 builds is named): a new part begins only where the text before ``+`` is complete (a ``.whl`` path
 or a requirement) and the text after it is a path, a ``.whl`` or a requirement with a specifier.
 
-The cache key covers the interpreter, the parts (a local wheel by its sha256) and the extras, so a
-rebuilt wheel gets a new venv and an unchanged one is reused. A venv counts as ready only once
+The cache key covers the interpreter, the parts (a local wheel by its sha256 and its tags) and the
+extras, so a rebuilt or renamed wheel gets a new venv and an unchanged one is reused. A wheel built
+for another platform is refused before any venv is looked up, as pip would refuse it. A venv counts as ready only once
 everything installed: a marker file is written last, and a half-made venv is rebuilt.
 """
 
@@ -85,7 +86,9 @@ def parse_wheel_spec(spec: str) -> tuple[str, ...]:
             msg = f"wheel spec {spec!r} has an empty part"
             raise ConfigError(msg, tip="join requirements with a single '+'")
         if part.endswith(".whl"):
-            resolved.append(str(wheelfile.check(Path(part)).path))
+            wheel = wheelfile.check(Path(part))
+            wheelfile.check_fits_machine(wheel)
+            resolved.append(str(wheel.path))
             continue
         try:
             Requirement(part)
@@ -115,7 +118,8 @@ def _file_digest(path: Path) -> str:
 def cache_key(parts: Sequence[str], extras: Sequence[str], python: Path, *, variant: str = "") -> str:
     identity = {
         "python": str(python.resolve()),
-        "parts": [_file_digest(Path(p)) if p.endswith(".whl") else p for p in parts],
+        # A wheel by its bytes and by the tags its name gives: what pip decides to install it by.
+        "parts": [[_file_digest(Path(p)), *wheelfile.check(Path(p)).tags] if p.endswith(".whl") else p for p in parts],
         "extras": sorted(extras),
         "variant": variant,
     }
