@@ -92,8 +92,8 @@ def test_locked_build_refuses_to_vendor(
     assert "Vendor them with: nox -s refresh-patches (or: ortstack refresh-patches)" in text
 
 
-def test_default_stack_status_names_every_mission_entry(tmp_path: Path, run_ortstack: RunOrtstack) -> None:
-    stack_file = Path(__file__).parents[1] / "stack.toml"
+def test_pull_request_stack_status_names_every_mission_entry(tmp_path: Path, run_ortstack: RunOrtstack) -> None:
+    stack_file = Path(__file__).parents[1] / "stacks" / "pr-06f88ea6" / "stack.toml"
     result = run_ortstack("status", "--stack", stack_file, "--cache-dir", tmp_path / "c", "--work-dir", tmp_path / "w")
     assert result.returncode == 0, result.stderr
     rows = {cells[0]: cells for cells in table_rows(result.stderr) if len(cells) == 6}
