@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import real_ort
 from series_kit import Project
 from upstream import LoopbackServer, Upstream, publish_upstream
 
@@ -19,6 +20,20 @@ if TYPE_CHECKING:
     from clirun import RunOrtstack
 
 PYTHON_SRC = Path(__file__).parents[1] / "python"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """When the real-tree tests are selected, find their archive first, or stop naming the ways to give it."""
+    config = session.config
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller found it, the variable says where
+        return
+    if not real_ort.selected(config.args, config.invocation_params.dir, Path(__file__).parent):
+        return
+    try:
+        archive = real_ort.locate(os.environ)
+    except real_ort.RealTreeUnavailableError as error:
+        pytest.exit(f"tests/test_real_tree.py cannot run: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
+    os.environ[real_ort.ENV_ARCHIVE] = str(archive)
 
 
 @pytest.fixture(scope="session")
