@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from clirun import one_error
 from ortstack.build.buildinfo import BUILD_INFO_NAME, BuildInfo
 from ortstack.suites import venv
 
@@ -118,6 +119,20 @@ def test_an_old_ort_build_passes_offline_with_what_it_lacks_recorded_as_absent(
     for what, pattern in absent.items():
         assert re.search(pattern, out), f"{what} is not recorded as absent:\n{out[-6000:]}"
     assert re.search(r"MatMulNBits 8-bit \(cpu\)\s+absent", out), out[-6000:]
-    assert re.search(r"^cpu\s+\d+ passed$", out, re.MULTILINE), out[-6000:]
-    assert re.search(r"onnxruntime-1\.21\.0\+stack\.0123abcd\S*\s*│ cpu\s*│ run\s*│ device answered", out), out[-3000:]
+    assert re.search(r"^cpu\s+\d+ passed, 0 failed, \d+ absent, 0 not checked$", out, re.MULTILINE), out[-6000:]
+    lane = r"onnxruntime-1\.21\.0\+stack\.0123abcd\S*\s*│ cpu\s*│ run\s*│ "
+    assert re.search(lane + r"\d+ passed, 0 failed, \d+ absent, 0 not checked\s*│ device answered", out), out[-3000:]
     assert "ok: wheel suites passed: 1 wheel sets, every lane asked for ran" in out
+
+
+@pytest.mark.slow
+def test_a_suite_that_ran_and_failed_is_exit_code_7(wheelhouse: Path, tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """7 is for suites that ran: here pytest ran and selected nothing (pytest exit 5), which passes nothing."""
+    (stock,) = wheelhouse.glob("onnxruntime-1.21.0-*.whl")
+    argv: list[str | os.PathLike[str]] = [sys.executable, "-m", "ortstack", "test", "--wheel", stock, "--ep", "cpu"]
+    argv += ["--find-links", wheelhouse, "--no-index", "--cache-dir", tmp_path / "cache", "--", "-k", "no_such_test"]
+    env = {k: v for k, v in cli_env.items() if not k.startswith(("PIP_", "UV_"))}
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=1200)
+    line = one_error(done, 7)
+    assert "wheel suites failed for onnxruntime-1.21.0" in line
+    assert "failed (pytest exit 5)" in line

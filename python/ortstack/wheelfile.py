@@ -33,6 +33,9 @@ class WheelFile:
 def check(path: Path) -> WheelFile:
     """``path`` as a wheel: it exists, its name parses as a wheel file name and it is a zip archive."""
     path = path.expanduser().resolve()
+    if path.is_dir():
+        msg = f"{path} is a folder, not a wheel"
+        raise NotAWheelError(msg, tip=_TIP)
     if not path.is_file():
         msg = f"wheel not found: {path}"
         raise NotAWheelError(msg, tip=_TIP)

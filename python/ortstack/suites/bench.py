@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import wheel_bench
 from ortstack import _run, log
-from ortstack.errors import SuiteError
+from ortstack.errors import ConfigError, SuiteError, UsageError
 from ortstack.suites import venv, vulkan
 from wheel_bench import report
 
@@ -111,13 +111,13 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
     """What can be known before any venv or model is made: the wheels are wheels, the EP has a driver."""
     if not 1 <= len(options.wheels) <= 2:  # noqa: PLR2004 - A or A/B
         msg = f"give one or two wheels, not {len(options.wheels)}"
-        raise SuiteError(msg, tip="--wheel A [--wheel B]")
+        raise UsageError(msg, tip="--wheel A [--wheel B]")
     for spec in options.wheels:
         venv.parse_wheel_spec(spec)
     missing = vulkan.missing_driver(env) if options.ep == "webgpu" else None
     if missing is not None:
-        msg = f"the webgpu bench cannot run: {missing}"
-        raise SuiteError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
+        msg = f"the webgpu bench cannot run: {missing} (a machine setup problem: nothing was run)"
+        raise ConfigError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
 
 
 def finished_result(result_path: Path) -> bool:

@@ -84,7 +84,7 @@ def parse_wheel_spec(spec: str) -> tuple[str, ...]:
         if not part:
             msg = f"wheel spec {spec!r} has an empty part"
             raise ConfigError(msg, tip="join requirements with a single '+'")
-        if part.endswith(".whl"):
+        if part.endswith(".whl") or Path(part).expanduser().exists():  # a file or folder given as a wheel is one
             resolved.append(str(wheelfile.check(Path(part)).path))
             continue
         try:
