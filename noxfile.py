@@ -101,6 +101,11 @@ def lint(session: nox.Session) -> None:
     _lint(session)
 
 
+# One pytest-xdist worker per core; a test module stays on one worker, so its module-scoped fixtures
+# (the real tree fetched and patched once) are made once.
+PARALLEL = ("-n", "auto", "--dist", "loadfile")
+
+
 @nox.session
 def test(session: nox.Session) -> None:
     """Check the machine, lint, the orchestrator's tests, then the wheel suites (args go to `ortstack test`).
@@ -112,15 +117,17 @@ def test(session: nox.Session) -> None:
     session.run("ortstack", "test", "--preflight", "--selftest-tools", *session.posargs)
     _lint(session)
     _install_ortstack(session, "test")
-    session.run("pytest")
+    session.run("pytest", *PARALLEL)
     session.run("ortstack", "test", *session.posargs)
 
 
 @nox.session(reuse_venv=True)
 def selftest(session: nox.Session) -> None:
-    """Only the orchestrator's own tests (args go to pytest, e.g. tests/test_fetch.py -k warm)."""
+    """Only the orchestrator's own tests (args go to pytest, e.g. tests/test_fetch.py -k warm).
+
+    Without arguments, all of them in parallel, as `nox -s test` runs them."""
     _install_ortstack(session, "test")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *(session.posargs or PARALLEL))
 
 
 @nox.session(name="test-genai", default=False)
