@@ -74,7 +74,7 @@ def test_the_common_options_are_accepted_before_the_verb_too(
     before = run_ortstack("--stack", project.stack_file, f"--cache-dir={cache}", "--no-wait", "status")
     after = run_ortstack("status", "--stack", project.stack_file, f"--cache-dir={cache}", "--no-wait")
     assert before.returncode == after.returncode == 0, before.stderr
-    assert before.stderr == after.stderr
-    assert project.commit in before.stderr
+    assert (before.stdout, before.stderr) == (after.stdout, after.stderr)
+    assert project.commit in before.stdout
     missing = run_ortstack("--stack", tmp_path / "nowhere.toml", "build")
     assert f"no stack file at {tmp_path / 'nowhere.toml'}" in one_error(missing, 3)
