@@ -53,7 +53,7 @@ class FetchResult:
     seconds: float = 0.0
 
     def summary(self) -> str:
-        verb = "using" if self.method == "local" else "cached" if self.cached else "fetched"
+        verb = "using" if self.method.startswith("local") else "cached" if self.cached else "fetched"
         digest = f", sha256 {self.archive_sha256}" if self.archive_sha256 else ""
         return (
             f"{verb} onnxruntime {self.commit[:12]} ({self.method}, {self.origin}) -> {self.source_dir}: "
@@ -76,7 +76,7 @@ def ensure_source(
     start = time.perf_counter()
     pin = stack.ort
     if source_dir is not None:
-        local = _use_local(source_dir, pin.commit, settings.env, start)
+        local = _use_local(source_dir, pin, cache_for(settings), settings.env, start)
         settings.work_dir.mkdir(parents=True, exist_ok=True)
         used = {"commit": local.commit, "origin": local.origin}
         write_atomic(local_record_file(settings), (json.dumps(used, indent=2) + "\n").encode())
@@ -240,8 +240,11 @@ def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path, limits: 
     else:
         path, digest = _first_download(url, suffix, cache)
     try:
-        _check_commit(url, archive.extract(path, staged, label=url, limits=limits), pin.commit)
+        named = archive.extract(path, staged, label=url, limits=limits)
+        _check_commit(url, named, pin.commit)
         check_source_tree(staged, url)
+        if named is None:  # nothing in the archive ties it to the pin but its version
+            check_version(staged, pin, url, earlier=None)
     except FetchError:
         # Never keep, or trust, what could not be used, whatever its digest: a pinned one is refused again.
         path.unlink(missing_ok=True)
@@ -317,17 +320,36 @@ def _first_download(url: str, suffix: str, cache: Cache) -> tuple[Path, str]:
 # A local checkout.
 
 
-def _use_local(path: Path, commit: str, env: Mapping[str, str], start: float) -> FetchResult:
+def check_version(tree: Path, pin: OrtPin, origin: str, *, earlier: Path | None) -> None:
+    """Refuse a tree that names no commit and whose ``VERSION_NUMBER`` is not the pin's: ``[ort] version``,
+    else that of the pin's tree fetched ``earlier`` into the cache; with neither, say what was assumed."""
+    found = (tree / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
+    expected, known_from = pin.version, "[ort] version in the stack file"
+    if not expected and earlier is not None and (earlier / "VERSION_NUMBER").is_file():
+        expected = (earlier / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
+        known_from = f"the tree of {pin.commit[:12]} fetched earlier into the cache"
+    if not expected:
+        log.warn(
+            f"{origin} names no commit: its VERSION_NUMBER {found} is taken as that of the pinned {pin.commit[:12]} "
+            "(set [ort] version in the stack file to have it checked)"
+        )
+        return
+    if found != expected:
+        msg = f"{origin} is onnxruntime {found}, but the pinned commit {pin.commit[:12]} is {expected} ({known_from})"
+        raise FetchError(msg, tip="give the source of the pinned commit, or pin the commit this source is of")
+
+
+def _use_local(path: Path, pin: OrtPin, cache: Cache, env: Mapping[str, str], start: float) -> FetchResult:
     source = path.resolve()
+    commit = pin.commit
     if not source.is_dir():
         msg = f"--source-dir {path} does not exist"
-        raise FetchError(msg, tip="pass the folder of an onnxruntime checkout")
+        raise FetchError(msg, tip="pass the folder of an onnxruntime checkout or of its extracted source archive")
     head = _run.run(
         ["git", "-C", str(source), "rev-parse", "HEAD"], env=git_env(env), capture=True, check=False, quiet=True
     )
     if head.returncode != 0:
-        msg = f"--source-dir {path} is not a git checkout ({_git_reason(head.stderr)})"
-        raise FetchError(msg, tip="pass the folder of a git clone of onnxruntime")
+        return _use_extracted_archive(path, pin, cache, start, why=_git_reason(head.stderr))
     at = head.stdout.strip()
     if at != commit:
         msg = f"--source-dir {path} is at commit {at}, not at the pinned {commit}"
@@ -342,6 +364,23 @@ def _use_local(path: Path, commit: str, env: Mapping[str, str], start: float) ->
         log.warn(f"{path} has uncommitted changes; they become part of the source")
     check_source_tree(source, f"--source-dir {path}", tip="pass the folder of an onnxruntime checkout")
     record = {"commit": commit, "method": "local", "origin": str(source)}
+    return _result(source, record, cached=True, start=start)
+
+
+def _use_extracted_archive(path: Path, pin: OrtPin, cache: Cache, start: float, *, why: str) -> FetchResult:
+    """``--source-dir`` of a tree without git (an extracted source tarball): its commit cannot be read, so
+    its version is what is checked; recorded as an extracted archive."""
+    source = path.resolve()
+    missing = [name for name in SOURCE_MARKS if not (source / name).is_file()]
+    if missing:
+        msg = (
+            f"--source-dir {path} is not a git checkout ({why}) nor an extracted onnxruntime source archive "
+            f"({', '.join(missing)} missing at its root)"
+        )
+        raise FetchError(msg, tip="pass the folder of an onnxruntime checkout or of its extracted source archive")
+    earlier = cache.source_dir(pin.commit) if cache.source_record(pin.commit) is not None else None
+    check_version(source, pin, f"--source-dir {path}", earlier=earlier)
+    record = {"commit": pin.commit, "method": "local archive", "origin": str(source)}
     return _result(source, record, cached=True, start=start)
 
 
