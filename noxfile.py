@@ -110,11 +110,13 @@ PARALLEL = ("-n", "auto", "--dist", "loadfile")
 def test(session: nox.Session) -> None:
     """Check the machine, lint, the orchestrator's tests, then the wheel suites (args go to `ortstack test`).
 
-    The check comes first and takes seconds: the arguments, a Vulkan driver for the WebGPU lanes and the
-    system tools, each missing one named with the command that installs it.
+    The check comes first and takes seconds: the arguments, a Vulkan driver for the WebGPU lanes, the
+    system tools, each missing one named with the command that installs it, and the real-tree tests'
+    onnxruntime 1.21.0 archive (ORTSTACK_REAL_ORT_ARCHIVE, else downloaded once into the cache).
     """
     _install_ortstack(session)
     session.run("ortstack", "test", "--preflight", "--selftest-tools", *session.posargs)
+    session.run("python", "tests/real_ort.py")  # the real-tree tests' archive: given, cached or downloaded
     _lint(session)
     _install_ortstack(session, "test")
     session.run("pytest", *PARALLEL)

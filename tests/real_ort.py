@@ -12,6 +12,8 @@ file the tests patch. With neither way available the session stops before any te
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 import tarfile
 import urllib.error
 import urllib.request
@@ -151,3 +153,18 @@ def selected(args: list[str], invocation_dir: Path, tests_dir: Path) -> bool:
         if path == module or (path.is_dir() and module.is_relative_to(path)):
             return True
     return False
+
+
+def main() -> int:
+    """``python tests/real_ort.py``: find (or download) and check the archive now, as `nox -s test` does first."""
+    try:
+        archive = locate(dict(os.environ))
+    except RealTreeUnavailableError as error:
+        sys.stderr.write(f"tests/test_real_tree.py cannot run: {error}\n")
+        return 2
+    sys.stderr.write(f"real onnxruntime 1.21.0 tree for tests/test_real_tree.py: {archive}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -74,10 +74,10 @@ def main(args: argparse.Namespace, config: Settings) -> int:
     pip_args = install_args(args)
     wheels = [w.resolve() for w in args.wheel] or suites.newest_wheels(config.dist_dir)
     if args.preflight:
-        if args.selftest_tools:
-            preflight.check_test_machine(config.env)
         sets = suites.plan(wheels, args.ep)
         suites.check_lanes_can_run(sets, config.env)
+        if args.selftest_tools:
+            preflight.check_test_machine(config.env)
         lanes = sorted({ep for s in sets for ep in s.eps})
         log.success(f"ready to test {len(sets)} wheel sets on {', '.join(lanes)}")
         return 0
