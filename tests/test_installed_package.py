@@ -1,5 +1,6 @@
 """An installed ortstack (``pip install ./python``, not editable) builds any stack: the wheel project travels
-inside the package, and a stack below the repository root finds the repository's own."""
+inside the package, and a stack below the repository root finds the repository's own. Its suites run
+with just its own packages on their path, not the site-packages they were installed into."""
 
 from __future__ import annotations
 
@@ -29,15 +30,19 @@ def test_a_non_editable_install_carries_the_wheel_project(tmp_path: Path, base_e
     elsewhere = tmp_path / "elsewhere"  # a stack folder outside any checkout
     elsewhere.mkdir()
     script = (
-        "import pathlib, ortstack; from ortstack.build import wheel; "
-        f"print(ortstack.__file__); print(wheel.project_template_root(pathlib.Path({str(elsewhere)!r})))"
+        "import pathlib, ortstack; from ortstack.build import wheel; from ortstack.suites import packages; "
+        f"print(ortstack.__file__); print(wheel.project_template_root(pathlib.Path({str(elsewhere)!r}))); "
+        f"print(packages.suite_pythonpath(pathlib.Path({str(tmp_path / 'cache')!r})))"
     )
     env = {k: v for k, v in base_env.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(target)}
     argv = [sys.executable, "-c", script]
     done = subprocess.run(argv, check=False, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    package, found = done.stdout.splitlines()
+    package, found, suite_path = done.stdout.splitlines()
     assert Path(package).is_relative_to(target), "the installed copy, not this checkout"
     assert Path(found) == target / "ortstack" / "wheel_project"
     for name in WHEEL_PROJECT:
         assert (Path(found) / name).read_bytes() == (ROOT / name).read_bytes(), name
+    linked = sorted(Path(suite_path).iterdir())
+    assert [p.name for p in linked] == ["ortstack", "wheel_bench", "wheel_tests"]
+    assert all(p.resolve() == target / p.name for p in linked)

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from xml.etree import ElementTree as ET
 
-import ortstack
 from ortstack import _run, log, wheelfile
 from ortstack.errors import ConfigError, SuiteError, UsageError
-from ortstack.suites import outcomes, venv, vulkan
+from ortstack.suites import outcomes, packages, venv, vulkan
 
 if TYPE_CHECKING:
     import os
@@ -205,21 +204,6 @@ def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
     raise UsageError(msg, tip="test a CPU onnxruntime wheel (plus the plugin EP wheel) with --genai")
 
 
-def _ortstack_source() -> Path:
-    """The ``python/`` folder this ortstack runs from: the suite runs find wheel_tests there (PYTHONPATH).
-
-    Nothing of it is installed into the venvs, so they need no build backend and no index for it.
-    """
-    source = Path(ortstack.__file__).resolve().parent.parent
-    if not (source / "pyproject.toml").is_file() or not (source / "wheel_tests").is_dir():
-        msg = f"ortstack at {source} is not a source checkout, so the wheel suites cannot be found"
-        raise SuiteError(
-            msg,
-            tip="install ortstack from the repository: pip install -e python",
-        )
-    return source
-
-
 def prepare_venv(
     wheel_set: WheelSet, cache_dir: Path, env: Mapping[str, str], *, pip_args: Sequence[str] = ()
 ) -> venv.Venv:
@@ -239,7 +223,7 @@ def run_suite(
     """``python -m pytest --pyargs wheel_tests`` in ``venv``, from an empty directory outside the repo."""
     child_env = {k: v for k, v in env.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
     child_env["WHEEL_TESTS_CACHE"] = str(cache_dir / "wheel-tests")
-    child_env["PYTHONPATH"] = str(_ortstack_source())
+    child_env["PYTHONPATH"] = str(packages.suite_pythonpath(cache_dir))
     if WEBGPU_LANES & set(wheel_set.eps):
         child_env = vulkan.webgpu_env(child_env, cache_dir / "mesa-shaders")
     argv: list[str | os.PathLike[str]] = [
