@@ -59,6 +59,8 @@ def test_an_extracted_tarball_is_a_source_dir_recorded_as_such(
     quiet = run_ortstack("fetch", "--stack", stated, *dirs, "--source-dir", tree)
     assert quiet.returncode == 0, quiet.stderr
     assert "names no commit" not in quiet.stderr  # [ort] version said it, and it matched
+    status = run_ortstack("status", "--stack", stated, *dirs)
+    assert f"the last run used --source-dir {tree} (an extracted source archive)" in status.stdout
 
     (tree / "VERSION_NUMBER").write_text("1.21.0\n", encoding="utf-8")
     line = one_error(run_ortstack("fetch", "--stack", stated, *dirs, "--source-dir", tree), 4)

@@ -78,7 +78,7 @@ def ensure_source(
     if source_dir is not None:
         local = _use_local(source_dir, pin, cache_for(settings), settings.env, start)
         settings.work_dir.mkdir(parents=True, exist_ok=True)
-        used = {"commit": local.commit, "origin": local.origin}
+        used = {"commit": local.commit, "origin": local.origin, "method": local.method}
         write_atomic(local_record_file(settings), (json.dumps(used, indent=2) + "\n").encode())
         return local
     cache = cache_for(settings)
@@ -395,7 +395,10 @@ def local_source(settings: Settings, commit: str) -> str:
         record = json.loads(local_record_file(settings).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return ""
-    return str(record.get("origin", "")) if isinstance(record, dict) and record.get("commit") == commit else ""
+    if not isinstance(record, dict) or record.get("commit") != commit:
+        return ""
+    extracted = " (an extracted source archive)" if record.get("method") == "local archive" else ""
+    return f"{record.get('origin', '')}{extracted}"
 
 
 def cached_sources(cache: Cache) -> list[dict[str, Any]]:
