@@ -78,3 +78,6 @@ def test_the_common_options_are_accepted_before_the_verb_too(
     assert project.commit in before.stdout
     missing = run_ortstack("--stack", tmp_path / "nowhere.toml", "build")
     assert f"no stack file at {tmp_path / 'nowhere.toml'}" in one_error(missing, 3)
+    no_verb = run_ortstack("--cache-dir", cache)
+    assert no_verb.returncode == 2
+    assert "the following arguments are required: VERB" in no_verb.stderr

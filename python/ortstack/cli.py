@@ -127,8 +127,10 @@ def _common_options_after_the_verb(argv: Sequence[str]) -> list[str]:
     index = 0
     while index < len(argv) and (name := argv[index].split("=", 1)[0]) in valued | flags:
         index += 2 if name in valued and "=" not in argv[index] else 1
-    if index == 0 or index >= len(argv):
+    if index == 0:
         return list(argv)
+    if index >= len(argv):  # options and no verb: argparse says a verb is required
+        return []
     return [argv[index], *argv[:index], *argv[index + 1 :]]
 
 
