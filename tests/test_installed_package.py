@@ -22,9 +22,10 @@ def test_a_stack_below_the_repository_root_finds_the_repositorys_wheel_project()
 
 @pytest.mark.slow
 def test_a_non_editable_install_carries_the_wheel_project(tmp_path: Path, base_env: dict[str, str]) -> None:
+    # As a release is made: the sdist, then the wheel built from it (the wheel project travels in both).
+    subprocess.run([sys.executable, "-m", "build", "-q", "-o", tmp_path / "dist", ROOT / "python"], check=True)
+    (built,) = (tmp_path / "dist").glob("ortstack-*.whl")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", tmp_path / "wheel", ROOT / "python"], check=True)
-    (built,) = (tmp_path / "wheel").glob("ortstack-*.whl")
     target = tmp_path / "site"
     subprocess.run([*pip, "install", "-q", "--no-deps", "--target", target, built], check=True)
     elsewhere = tmp_path / "elsewhere"  # a stack folder outside any checkout
