@@ -41,5 +41,5 @@ def test_entries_on_an_unreachable_host_are_one_error_line_naming_them(
     assert "here" not in message.split("missing:")[1]
     assert caught.value.tip is not None
     assert "ortstack fetch --deps" in caught.value.tip
-    assert str(mirror) in caught.value.tip
+    assert f"put each archive at {mirror}/<its URL without https://>" in caught.value.tip
     assert clean_server.requests() == 0, "nothing downloaded before the whole list was known to be reachable"

@@ -175,8 +175,9 @@ def _check_reachable(pending: list[Dependency], mirror: Path) -> None:
     names = ", ".join(dependency.name for dependency in cut_off)
     msg = f"offline: cannot reach {hosts}, so {len(cut_off)} deps.txt entries are missing: {names}"
     tip = (
-        f"run `ortstack fetch --deps` where the network reaches them, with the same --cache-dir (it fills {mirror}), "
-        "or give each one on disk: [deps.NAME] source_dir in stack.toml or --dep-source NAME=PATH"
+        f"run `ortstack fetch --deps` where the network reaches them, with the same --cache-dir (it fills {mirror}); "
+        f"or put each archive at {mirror}/<its URL without https://>, or give each source on disk: "
+        "[deps.NAME] source_dir in stack.toml or --dep-source NAME=PATH"
     )
     raise FetchError(msg, tip=tip)
 
