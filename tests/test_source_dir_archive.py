@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+import tomllib
 from typing import TYPE_CHECKING
 
 from clirun import one_error
@@ -51,21 +52,31 @@ def test_an_extracted_tarball_is_a_source_dir_recorded_as_such(
     tree = _extracted(upstream, tmp_path / "extracted")
     version = (tree / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
     dirs = ("--cache-dir", tmp_path / "cache", "--work-dir", tmp_path / "work")
-    plain = run_ortstack("fetch", "--stack", _stack(tmp_path, upstream), *dirs, "--source-dir", tree)
-    assert plain.returncode == 0, plain.stderr
-    assert f"using onnxruntime {upstream.commit[:12]} (local archive, {tree})" in plain.stderr
-    assert f"names no commit: its VERSION_NUMBER {version} is taken as that of the pinned" in plain.stderr
-    stated = _stack(tmp_path, upstream, version=version)
-    quiet = run_ortstack("fetch", "--stack", stated, *dirs, "--source-dir", tree)
-    assert quiet.returncode == 0, quiet.stderr
-    assert "names no commit" not in quiet.stderr  # [ort] version said it, and it matched
-    status = run_ortstack("status", "--stack", stated, *dirs)
+    plain = _stack(tmp_path, upstream)
+    first = run_ortstack("fetch", "--stack", plain, *dirs, "--source-dir", tree)
+    assert first.returncode == 0, first.stderr
+    assert f"using onnxruntime {upstream.commit[:12]} (local archive, {tree})" in first.stderr
+    assert "trust on first use" in first.stderr  # nothing said the version: kept from this first fetch
+    lock = tomllib.loads(plain.with_suffix(".lock").read_text(encoding="utf-8"))
+    assert lock["resolved"] == {f"VERSION_NUMBER of {upstream.commit}": version}
+    status = run_ortstack("status", "--stack", plain, *dirs)
     assert f"the last run used --source-dir {tree} (an extracted source archive)" in status.stdout
 
     (tree / "VERSION_NUMBER").write_text("1.21.0\n", encoding="utf-8")
+    line = one_error(run_ortstack("fetch", "--stack", plain, *dirs, "--source-dir", tree), 4)
+    assert f"is onnxruntime 1.21.0, but the pinned commit {upstream.commit[:12]} is {version}" in line
+    assert "kept in stack.lock at the first fetch" in line
+
+    plain.with_suffix(".lock").unlink()
+    stated = _stack(tmp_path, upstream, version=version)
     line = one_error(run_ortstack("fetch", "--stack", stated, *dirs, "--source-dir", tree), 4)
     assert f"is onnxruntime 1.21.0, but the pinned commit {upstream.commit[:12]} is {version}" in line
     assert "[ort] version in the stack file" in line
+    (tree / "VERSION_NUMBER").write_text(f"{version}\n", encoding="utf-8")
+    quiet = run_ortstack("fetch", "--stack", stated, *dirs, "--source-dir", tree)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "trust on first use" not in quiet.stderr  # [ort] version said it, and it matched
+    assert not stated.with_suffix(".lock").exists()
 
 
 def test_a_source_dir_of_another_version_than_the_pins_cached_tree_is_refused(

@@ -76,7 +76,8 @@ def ensure_source(
     start = time.perf_counter()
     pin = stack.ort
     if source_dir is not None:
-        local = _use_local(source_dir, pin, cache_for(settings), settings.env, start)
+        lock = Lock.load(settings.lock_file, locked=settings.locked)
+        local = _use_local(source_dir, pin, cache_for(settings), lock, env=settings.env, start=start)
         settings.work_dir.mkdir(parents=True, exist_ok=True)
         used = {"commit": local.commit, "origin": local.origin, "method": local.method}
         write_atomic(local_record_file(settings), (json.dumps(used, indent=2) + "\n").encode())
@@ -244,7 +245,7 @@ def _fetch_archive(pin: OrtPin, cache: Cache, lock: Lock, staged: Path, limits: 
         _check_commit(url, named, pin.commit)
         check_source_tree(staged, url)
         if named is None:  # nothing in the archive ties it to the pin but its version
-            check_version(staged, pin, url, earlier=None)
+            check_version(staged, pin, url, lock=lock, earlier=None)
     except FetchError:
         # Never keep, or trust, what could not be used, whatever its digest: a pinned one is refused again.
         path.unlink(missing_ok=True)
@@ -320,26 +321,37 @@ def _first_download(url: str, suffix: str, cache: Cache) -> tuple[Path, str]:
 # A local checkout.
 
 
-def check_version(tree: Path, pin: OrtPin, origin: str, *, earlier: Path | None) -> None:
+def version_lock_key(commit: str) -> str:
+    return f"VERSION_NUMBER of {commit}"
+
+
+def check_version(tree: Path, pin: OrtPin, origin: str, *, lock: Lock, earlier: Path | None) -> None:
     """Refuse a tree that names no commit and whose ``VERSION_NUMBER`` is not the pin's: ``[ort] version``,
-    else that of the pin's tree fetched ``earlier`` into the cache; with neither, say what was assumed."""
+    else the version the lock kept from the first such fetch, else that of the pin's tree fetched
+    ``earlier`` into the cache. With none of them, the version is trusted on first use and kept in the lock."""
     found = (tree / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
+    key = version_lock_key(pin.commit)
     expected, known_from = pin.version, "[ort] version in the stack file"
+    if not expected and (kept := lock.get(key)):
+        expected, known_from = kept, f"kept in {lock.path.name} at the first fetch"
     if not expected and earlier is not None and (earlier / "VERSION_NUMBER").is_file():
         expected = (earlier / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
         known_from = f"the tree of {pin.commit[:12]} fetched earlier into the cache"
     if not expected:
-        log.warn(
-            f"{origin} names no commit: its VERSION_NUMBER {found} is taken as that of the pinned {pin.commit[:12]} "
-            "(set [ort] version in the stack file to have it checked)"
-        )
+        what = f"{origin} names no commit: its VERSION_NUMBER is taken as that of the pinned {pin.commit[:12]}"
+        if lock.locked:  # nothing new may be resolved: say it, and leave the lock as it is
+            log.warn(f"{what} ({found}; set [ort] version in the stack file to have it checked)")
+        else:
+            lock.resolve(key, found, what=what)
         return
     if found != expected:
         msg = f"{origin} is onnxruntime {found}, but the pinned commit {pin.commit[:12]} is {expected} ({known_from})"
         raise FetchError(msg, tip="give the source of the pinned commit, or pin the commit this source is of")
 
 
-def _use_local(path: Path, pin: OrtPin, cache: Cache, env: Mapping[str, str], start: float) -> FetchResult:
+def _use_local(
+    path: Path, pin: OrtPin, cache: Cache, lock: Lock, *, env: Mapping[str, str], start: float
+) -> FetchResult:
     source = path.resolve()
     commit = pin.commit
     if not source.is_dir():
@@ -349,7 +361,7 @@ def _use_local(path: Path, pin: OrtPin, cache: Cache, env: Mapping[str, str], st
         ["git", "-C", str(source), "rev-parse", "HEAD"], env=git_env(env), capture=True, check=False, quiet=True
     )
     if head.returncode != 0:
-        return _use_extracted_archive(path, pin, cache, start, why=_git_reason(head.stderr))
+        return _use_extracted_archive(path, pin, cache, lock, start, why=_git_reason(head.stderr))
     at = head.stdout.strip()
     if at != commit:
         msg = f"--source-dir {path} is at commit {at}, not at the pinned {commit}"
@@ -367,7 +379,7 @@ def _use_local(path: Path, pin: OrtPin, cache: Cache, env: Mapping[str, str], st
     return _result(source, record, cached=True, start=start)
 
 
-def _use_extracted_archive(path: Path, pin: OrtPin, cache: Cache, start: float, *, why: str) -> FetchResult:
+def _use_extracted_archive(path: Path, pin: OrtPin, cache: Cache, lock: Lock, start: float, *, why: str) -> FetchResult:
     """``--source-dir`` of a tree without git (an extracted source tarball): its commit cannot be read, so
     its version is what is checked; recorded as an extracted archive."""
     source = path.resolve()
@@ -379,7 +391,7 @@ def _use_extracted_archive(path: Path, pin: OrtPin, cache: Cache, start: float, 
         )
         raise FetchError(msg, tip="pass the folder of an onnxruntime checkout or of its extracted source archive")
     earlier = cache.source_dir(pin.commit) if cache.source_record(pin.commit) is not None else None
-    check_version(source, pin, f"--source-dir {path}", earlier=earlier)
+    check_version(source, pin, f"--source-dir {path}", lock=lock, earlier=earlier)
     record = {"commit": pin.commit, "method": "local archive", "origin": str(source)}
     return _result(source, record, cached=True, start=start)
 
