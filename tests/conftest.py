@@ -52,7 +52,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     try:
         archive = real_ort.locate(os.environ)
     except real_ort.RealTreeUnavailableError as error:
-        pytest.exit(f"tests/test_real_tree.py cannot run: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
+        pytest.exit(f"the real-tree tests cannot run: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
     os.environ[real_ort.ENV_ARCHIVE] = str(archive)
 
 

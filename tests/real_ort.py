@@ -145,12 +145,16 @@ def session_archive(env: Mapping[str, str]) -> Path:
     return Path(env[ENV_ARCHIVE]) if env.get(ENV_ARCHIVE) else locate(env)
 
 
+USED_BY = ("test_real_tree.py", "test_real_ort_source.py")
+"""The test modules that read the archive."""
+
+
 def selected(args: list[str], invocation_dir: Path, tests_dir: Path) -> bool:
-    """Whether pytest's path arguments reach ``test_real_tree.py``."""
-    module = (tests_dir / "test_real_tree.py").resolve()
+    """Whether pytest's path arguments reach a module of ``USED_BY``."""
+    modules = [(tests_dir / name).resolve() for name in USED_BY]
     for arg in args:
         path = (invocation_dir / arg.split("::", 1)[0]).resolve()
-        if path == module or (path.is_dir() and module.is_relative_to(path)):
+        if any(path == module or (path.is_dir() and module.is_relative_to(path)) for module in modules):
             return True
     return False
 
@@ -160,7 +164,7 @@ def main() -> int:
     try:
         archive = locate(dict(os.environ))
     except RealTreeUnavailableError as error:
-        sys.stderr.write(f"tests/test_real_tree.py cannot run: {error}\n")
+        sys.stderr.write(f"the real-tree tests cannot run: {error}\n")
         return 2
     sys.stderr.write(f"real onnxruntime 1.21.0 tree for tests/test_real_tree.py: {archive}\n")
     return 0
