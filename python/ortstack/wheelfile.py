@@ -33,11 +33,8 @@ class WheelFile:
 def check(path: Path) -> WheelFile:
     """``path`` as a wheel: it exists, its name parses as a wheel file name and it is a zip archive."""
     path = path.expanduser().resolve()
-    if path.is_dir():
-        msg = f"{path} is a folder, not a wheel"
-        raise NotAWheelError(msg, tip=_TIP)
     if not path.is_file():
-        msg = f"wheel not found: {path}"
+        msg = f"{path} is a folder, not a wheel" if path.is_dir() else f"wheel not found: {path}"
         raise NotAWheelError(msg, tip=_TIP)
     try:
         name, version, _, _ = parse_wheel_filename(path.name)

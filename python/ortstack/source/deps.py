@@ -140,6 +140,38 @@ def link_tree_mirror(dependencies: list[Dependency], mirror: Path, tree: Path) -
             _link(source, target)
 
 
+def mirror_all(dependencies: list[Dependency], mirror: Path, cache: Cache, *, jobs: int = 8) -> dict[str, str]:
+    """Put every dependency into ``mirror``, downloading in parallel; returns name -> what happened."""
+    mirror.mkdir(parents=True, exist_ok=True)
+    cache.ensure()
+    _check_reachable([d for d in dependencies if not d.mirror_path(mirror).is_file()], mirror)
+    outcomes: dict[str, str] = {}
+    errors: list[str] = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(_fetch_one, dep, mirror, cache): dep for dep in dependencies}
+        for future, dependency in futures.items():
+            try:
+                outcomes[dependency.name] = future.result()
+            except FetchError as exc:
+                errors.append(exc.message)
+            except OSError as exc:
+                errors.append(f"{dependency.name}: {dependency.url}: {exc}")
+    if errors:
+        msg = f"{len(errors)} of {len(dependencies)} deps.txt entries failed: " + "; ".join(errors)
+        raise FetchError(msg, tip="run `ortstack fetch --deps` again; finished downloads are kept")
+    return outcomes
+
+
+def missing_from_mirror(dependencies: list[Dependency], mirror: Path) -> list[Dependency]:
+    """Entries that the mirror lacks (presence only: ``mirror_all`` verified them when they landed)."""
+    return [dep for dep in dependencies if not dep.mirror_path(mirror).is_file()]
+
+
+def mirror_path(settings: Settings) -> Path:
+    """Where the deps mirror lives: in the cache, shared by every build of every variant."""
+    return settings.cache_dir / "deps-mirror"
+
+
 # Offline, a host that does not resolve is asked this often, this far apart, before the entries it
 # serves are reported missing in one line (rather than each download retrying on its own).
 RESOLVE_ATTEMPTS = 2
@@ -180,35 +212,3 @@ def _check_reachable(pending: list[Dependency], mirror: Path) -> None:
         "[deps.NAME] source_dir in stack.toml or --dep-source NAME=PATH"
     )
     raise FetchError(msg, tip=tip)
-
-
-def mirror_all(dependencies: list[Dependency], mirror: Path, cache: Cache, *, jobs: int = 8) -> dict[str, str]:
-    """Put every dependency into ``mirror``, downloading in parallel; returns name -> what happened."""
-    mirror.mkdir(parents=True, exist_ok=True)
-    cache.ensure()
-    _check_reachable([d for d in dependencies if not d.mirror_path(mirror).is_file()], mirror)
-    outcomes: dict[str, str] = {}
-    errors: list[str] = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(_fetch_one, dep, mirror, cache): dep for dep in dependencies}
-        for future, dependency in futures.items():
-            try:
-                outcomes[dependency.name] = future.result()
-            except FetchError as exc:
-                errors.append(exc.message)
-            except OSError as exc:
-                errors.append(f"{dependency.name}: {dependency.url}: {exc}")
-    if errors:
-        msg = f"{len(errors)} of {len(dependencies)} deps.txt entries failed: " + "; ".join(errors)
-        raise FetchError(msg, tip="run `ortstack fetch --deps` again; finished downloads are kept")
-    return outcomes
-
-
-def missing_from_mirror(dependencies: list[Dependency], mirror: Path) -> list[Dependency]:
-    """Entries that the mirror lacks (presence only: ``mirror_all`` verified them when they landed)."""
-    return [dep for dep in dependencies if not dep.mirror_path(mirror).is_file()]
-
-
-def mirror_path(settings: Settings) -> Path:
-    """Where the deps mirror lives: in the cache, shared by every build of every variant."""
-    return settings.cache_dir / "deps-mirror"

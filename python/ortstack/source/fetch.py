@@ -76,8 +76,11 @@ def ensure_source(
     start = time.perf_counter()
     pin = stack.ort
     if source_dir is not None:
-        lock = Lock.load(settings.lock_file, locked=settings.locked)
-        local = _use_local(source_dir, pin, cache_for(settings), lock, env=settings.env, start=start)
+        if _is_extracted_archive(source_dir, settings.env):
+            lock = Lock.load(settings.lock_file, locked=settings.locked)
+            local = _use_extracted_archive(source_dir, pin, cache_for(settings), lock, start=start)
+        else:
+            local = _use_local(source_dir, pin.commit, settings.env, start)
         settings.work_dir.mkdir(parents=True, exist_ok=True)
         used = {"commit": local.commit, "origin": local.origin, "method": local.method}
         write_atomic(local_record_file(settings), (json.dumps(used, indent=2) + "\n").encode())
@@ -321,6 +324,82 @@ def _first_download(url: str, suffix: str, cache: Cache) -> tuple[Path, str]:
 # A local checkout.
 
 
+def _use_local(path: Path, commit: str, env: Mapping[str, str], start: float) -> FetchResult:
+    source = path.resolve()
+    if not source.is_dir():
+        msg = f"--source-dir {path} does not exist"
+        raise FetchError(msg, tip="pass the folder of an onnxruntime checkout")
+    head = _run.run(
+        ["git", "-C", str(source), "rev-parse", "HEAD"], env=git_env(env), capture=True, check=False, quiet=True
+    )
+    if head.returncode != 0:
+        msg = f"--source-dir {path} is not a git checkout ({_git_reason(head.stderr)})"
+        raise FetchError(msg, tip="pass the folder of a git clone of onnxruntime")
+    at = head.stdout.strip()
+    if at != commit:
+        msg = f"--source-dir {path} is at commit {at}, not at the pinned {commit}"
+        raise FetchError(msg, tip=f"run `git -C {path} checkout {commit}`, or drop --source-dir")
+    changes = _run.run(
+        ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+        env=git_env(env),
+        capture=True,
+        quiet=True,
+    )
+    if changes.stdout.strip():
+        log.warn(f"{path} has uncommitted changes; they become part of the source")
+    check_source_tree(source, f"--source-dir {path}", tip="pass the folder of an onnxruntime checkout")
+    record = {"commit": commit, "method": "local", "origin": str(source)}
+    return _result(source, record, cached=True, start=start)
+
+
+def local_record_file(settings: Settings) -> Path:
+    """Where the last ``--source-dir`` run says which checkout it used (for ``status``)."""
+    return settings.work_dir / "source-dir.json"
+
+
+def local_source(settings: Settings, commit: str) -> str:
+    """The checkout the last ``--source-dir`` run used for ``commit``; empty when none did."""
+    try:
+        record = json.loads(local_record_file(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(record, dict) or record.get("commit") != commit:
+        return ""
+    extracted = " (an extracted source archive)" if record.get("method") == "local archive" else ""
+    return f"{record.get('origin', '')}{extracted}"
+
+
+def cached_sources(cache: Cache) -> list[dict[str, Any]]:
+    """Markers of every complete source tree in the cache, newest first."""
+    records = [cache.source_record(marker.stem) for marker in cache.sources.glob("*.json")]
+    complete = [r for r in records if r is not None]
+    return sorted(complete, key=lambda r: str(r.get("fetched", "")), reverse=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# A source without git: an extracted source archive, or an archive that names no commit.
+
+
+def _is_extracted_archive(path: Path, env: Mapping[str, str]) -> bool:
+    """A folder with onnxruntime's root files that git does not know as a checkout (an extracted tarball)."""
+    if not all((path / name).is_file() for name in SOURCE_MARKS):
+        return False
+    head = _run.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], env=git_env(env), capture=True, check=False, quiet=True
+    )
+    return head.returncode != 0
+
+
+def _use_extracted_archive(path: Path, pin: OrtPin, cache: Cache, lock: Lock, *, start: float) -> FetchResult:
+    """``--source-dir`` of an extracted source tarball: its commit cannot be read, so its version is what is
+    checked; recorded as an extracted archive."""
+    source = path.resolve()
+    earlier = cache.source_dir(pin.commit) if cache.source_record(pin.commit) is not None else None
+    check_version(source, pin, f"--source-dir {path}", lock=lock, earlier=earlier)
+    record = {"commit": pin.commit, "method": "local archive", "origin": str(source)}
+    return _result(source, record, cached=True, start=start)
+
+
 def version_lock_key(commit: str) -> str:
     return f"VERSION_NUMBER of {commit}"
 
@@ -347,74 +426,3 @@ def check_version(tree: Path, pin: OrtPin, origin: str, *, lock: Lock, earlier: 
     if found != expected:
         msg = f"{origin} is onnxruntime {found}, but the pinned commit {pin.commit[:12]} is {expected} ({known_from})"
         raise FetchError(msg, tip="give the source of the pinned commit, or pin the commit this source is of")
-
-
-def _use_local(
-    path: Path, pin: OrtPin, cache: Cache, lock: Lock, *, env: Mapping[str, str], start: float
-) -> FetchResult:
-    source = path.resolve()
-    commit = pin.commit
-    if not source.is_dir():
-        msg = f"--source-dir {path} does not exist"
-        raise FetchError(msg, tip="pass the folder of an onnxruntime checkout or of its extracted source archive")
-    head = _run.run(
-        ["git", "-C", str(source), "rev-parse", "HEAD"], env=git_env(env), capture=True, check=False, quiet=True
-    )
-    if head.returncode != 0:
-        return _use_extracted_archive(path, pin, cache, lock, start, why=_git_reason(head.stderr))
-    at = head.stdout.strip()
-    if at != commit:
-        msg = f"--source-dir {path} is at commit {at}, not at the pinned {commit}"
-        raise FetchError(msg, tip=f"run `git -C {path} checkout {commit}`, or drop --source-dir")
-    changes = _run.run(
-        ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
-        env=git_env(env),
-        capture=True,
-        quiet=True,
-    )
-    if changes.stdout.strip():
-        log.warn(f"{path} has uncommitted changes; they become part of the source")
-    check_source_tree(source, f"--source-dir {path}", tip="pass the folder of an onnxruntime checkout")
-    record = {"commit": commit, "method": "local", "origin": str(source)}
-    return _result(source, record, cached=True, start=start)
-
-
-def _use_extracted_archive(path: Path, pin: OrtPin, cache: Cache, lock: Lock, start: float, *, why: str) -> FetchResult:
-    """``--source-dir`` of a tree without git (an extracted source tarball): its commit cannot be read, so
-    its version is what is checked; recorded as an extracted archive."""
-    source = path.resolve()
-    missing = [name for name in SOURCE_MARKS if not (source / name).is_file()]
-    if missing:
-        msg = (
-            f"--source-dir {path} is not a git checkout ({why}) nor an extracted onnxruntime source archive "
-            f"({', '.join(missing)} missing at its root)"
-        )
-        raise FetchError(msg, tip="pass the folder of an onnxruntime checkout or of its extracted source archive")
-    earlier = cache.source_dir(pin.commit) if cache.source_record(pin.commit) is not None else None
-    check_version(source, pin, f"--source-dir {path}", lock=lock, earlier=earlier)
-    record = {"commit": pin.commit, "method": "local archive", "origin": str(source)}
-    return _result(source, record, cached=True, start=start)
-
-
-def local_record_file(settings: Settings) -> Path:
-    """Where the last ``--source-dir`` run says which checkout it used (for ``status``)."""
-    return settings.work_dir / "source-dir.json"
-
-
-def local_source(settings: Settings, commit: str) -> str:
-    """The checkout the last ``--source-dir`` run used for ``commit``; empty when none did."""
-    try:
-        record = json.loads(local_record_file(settings).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ""
-    if not isinstance(record, dict) or record.get("commit") != commit:
-        return ""
-    extracted = " (an extracted source archive)" if record.get("method") == "local archive" else ""
-    return f"{record.get('origin', '')}{extracted}"
-
-
-def cached_sources(cache: Cache) -> list[dict[str, Any]]:
-    """Markers of every complete source tree in the cache, newest first."""
-    records = [cache.source_record(marker.stem) for marker in cache.sources.glob("*.json")]
-    complete = [r for r in records if r is not None]
-    return sorted(complete, key=lambda r: str(r.get("fetched", "")), reverse=True)
