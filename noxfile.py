@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nox
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -47,20 +51,26 @@ def rebase(session: nox.Session) -> None:
     _ortstack(session, "rebase")
 
 
+def build_commands(posargs: Sequence[str]) -> list[list[str]]:
+    """fetch, patch, build; `--plan` fetches no dependencies (it runs offline once the source is there)."""
+    parser = argparse.ArgumentParser(prog="nox -s build --")
+    parser.add_argument("--source-dir")
+    sources, build_args = parser.parse_known_args(posargs)
+    source = ["--source-dir", sources.source_dir] if sources.source_dir else []
+    deps = [] if "--plan" in build_args else ["--deps"]
+    return [["ortstack", "fetch", *deps, *source], ["ortstack", "patch", *source], ["ortstack", "build", *build_args]]
+
+
 @nox.session(reuse_venv=True, tags=["pipeline"])
 def build(session: nox.Session) -> None:
     """Build the variants' wheels into dist/ (fetch --deps and patch first; both are no-ops when done).
 
-    `--source-dir PATH` (a local onnxruntime checkout at the pin) goes to fetch and patch, the rest to build.
+    `--source-dir PATH` (a local onnxruntime checkout at the pin, or its extracted source archive) goes
+    to fetch and patch, the rest to build; with `--plan` the dependencies are not fetched.
     """
-    parser = argparse.ArgumentParser(prog="nox -s build --")
-    parser.add_argument("--source-dir")
-    sources, build_args = parser.parse_known_args(session.posargs)
-    source = ["--source-dir", sources.source_dir] if sources.source_dir else []
     _install_ortstack(session, "build")
-    session.run("ortstack", "fetch", "--deps", *source)
-    session.run("ortstack", "patch", *source)
-    session.run("ortstack", "build", *build_args)
+    for command in build_commands(session.posargs):
+        session.run(*command)
 
 
 @nox.session(name="bench-orchestrator", default=False, tags=["bench"])
@@ -97,26 +107,35 @@ def lint(session: nox.Session) -> None:
     _lint(session)
 
 
+# One pytest-xdist worker per core; a test module stays on one worker, so its module-scoped fixtures
+# (the real tree fetched and patched once) are made once.
+PARALLEL = ("-n", "auto", "--dist", "loadfile")
+
+
 @nox.session
 def test(session: nox.Session) -> None:
     """Check the machine, lint, the orchestrator's tests, then the wheel suites (args go to `ortstack test`).
 
-    The check comes first and takes seconds: the arguments, a Vulkan driver for the WebGPU lanes and the
-    system tools, each missing one named with the command that installs it.
+    The check comes first and takes seconds: the arguments, a Vulkan driver for the WebGPU lanes, the
+    system tools, each missing one named with the command that installs it, and the real-tree tests'
+    onnxruntime 1.21.0 archive (ORTSTACK_REAL_ORT_ARCHIVE, else downloaded once into the cache).
     """
     _install_ortstack(session)
-    session.run("ortstack", "test", "--preflight", *session.posargs)
+    session.run("ortstack", "test", "--preflight", "--selftest-tools", *session.posargs)
+    session.run("python", "tests/real_ort.py")  # the real-tree tests' archive: given, cached or downloaded
     _lint(session)
     _install_ortstack(session, "test")
-    session.run("pytest")
+    session.run("pytest", *PARALLEL)
     session.run("ortstack", "test", *session.posargs)
 
 
 @nox.session(reuse_venv=True)
 def selftest(session: nox.Session) -> None:
-    """Only the orchestrator's own tests (args go to pytest, e.g. tests/test_fetch.py -k warm)."""
+    """Only the orchestrator's own tests (args go to pytest, e.g. tests/test_fetch.py -k warm).
+
+    Without arguments, all of them in parallel, as `nox -s test` runs them."""
     _install_ortstack(session, "test")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *(session.posargs or PARALLEL))
 
 
 @nox.session(name="test-genai", default=False)
@@ -125,8 +144,22 @@ def test_genai(session: nox.Session) -> None:
     _ortstack(session, "test", "--ep", "all", "--genai")
 
 
+QUICK_BENCH_NOTE = (
+    "no arguments: the quick bench (--quick: small shapes, minutes on a CPU or lavapipe; its genai level "
+    "installs CPU torch into a venv of its own). The full bench runs with arguments, as given: "
+    "nox -s bench -- --wheel A --wheel B --ep webgpu"
+)
+
+
+def bench_args(posargs: Sequence[str]) -> list[str]:
+    return list(posargs) or ["--quick"]
+
+
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmark wheels A/B: op chains and genai TTFT/decode (`-- --wheel A --wheel B --ep webgpu [--quick]`)."""
+    """Benchmark wheels A/B: op chains and genai TTFT/decode (no arguments: `--quick`; the full one:
+    `-- --wheel A --wheel B --ep webgpu`)."""
     _install_ortstack(session, "bench")
-    session.run("ortstack", "bench", *session.posargs)
+    if not session.posargs:
+        session.log(QUICK_BENCH_NOTE)
+    session.run("ortstack", "bench", *bench_args(session.posargs))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import real_ort
 from series_kit import Project
 from upstream import LoopbackServer, Upstream, publish_upstream
 
@@ -19,6 +20,40 @@ if TYPE_CHECKING:
     from clirun import RunOrtstack
 
 PYTHON_SRC = Path(__file__).parents[1] / "python"
+# The modules that take longest (pytest --durations on 2 cores), started first: with one module per
+# pytest-xdist worker (`--dist loadfile`), a long one left for the end would run alone.
+LONGEST_FIRST = (
+    "test_suites_old_ort.py",
+    "test_bench.py",
+    "test_real_tree.py",
+    "test_build.py",
+    "test_wheel_suites_cpu_only.py",
+    "test_sccache_dist_loopback.py",
+    "test_toolchain.py",
+    "test_dawn.py",
+    "test_faults_build.py",
+    "test_dep_sources.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first, each module's tests in their own order."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """When the real-tree tests are selected, find their archive first, or stop naming the ways to give it."""
+    config = session.config
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller found it, the variable says where
+        return
+    if not real_ort.selected(config.args, config.invocation_params.dir, Path(__file__).parent):
+        return
+    try:
+        archive = real_ort.locate(os.environ)
+    except real_ort.RealTreeUnavailableError as error:
+        pytest.exit(f"the real-tree tests cannot run: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
+    os.environ[real_ort.ENV_ARCHIVE] = str(archive)
 
 
 @pytest.fixture(scope="session")

@@ -198,13 +198,13 @@ def patch_args(project: Project, tmp_path: Path) -> list[str | os.PathLike[str]]
 
 
 class Process:
-    """``python -m ortstack ARGS`` started in the background, its stderr in a file."""
+    """``python -m ortstack ARGS`` started in the background, its output (tables, then logs) in a file."""
 
     def __init__(self, args: Sequence[str | os.PathLike[str]], *, env: Mapping[str, str], log: Path) -> None:
         self.log = log
         self._stderr = log.open("w", encoding="utf-8")
         argv = [sys.executable, "-m", "ortstack", *(os.fspath(a) for a in args)]
-        self.popen = subprocess.Popen(argv, env=dict(env), stdout=subprocess.DEVNULL, stderr=self._stderr)
+        self.popen = subprocess.Popen(argv, env=dict(env), stdout=self._stderr, stderr=self._stderr)
 
     def stderr(self) -> str:
         return self.log.read_text(encoding="utf-8")

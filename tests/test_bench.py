@@ -149,7 +149,7 @@ def test_webgpu_bench_without_a_driver_fails_before_any_venv_or_model(
     env |= dict.fromkeys(vulkan.ICD_ENV, "")  # unset: the loader searches its folders
     cache = tmp_path / "cache"
     result = run_ortstack("bench", "--cache-dir", cache, "--work-dir", tmp_path / "work", env=env)
-    line = one_error(result, 7)
+    line = one_error(result, 3)
     assert "the webgpu bench cannot run: no Vulkan driver is installed" in line
     assert "sudo bash ci/lavapipe.sh" in result.stderr
     assert "ortstack bench --ep cpu" in result.stderr

@@ -84,8 +84,9 @@ def make_project(root: Path, upstream: Upstream, env: Mapping[str, str], extra: 
 
 
 def assert_ok(result: subprocess.CompletedProcess[str]) -> str:
+    """The run's whole output: its tables (stdout), then its log (stderr)."""
     assert result.returncode == 0, result.stderr[-4000:]
-    return result.stderr
+    return result.stdout + result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -216,8 +217,8 @@ def test_a_second_build_with_nothing_changed_returns_the_same_wheels(built: Proj
 
 
 def test_status_lists_each_variant_with_its_wheel(built: Project, upstream: Upstream) -> None:
-    stderr = assert_ok(built.ortstack("status"))
-    table = stderr[stderr.index("variants and wheels") :]
+    stdout = assert_ok_stdout(built.ortstack("status"))
+    table = stdout[stdout.index("variants and wheels") :]
     for name in built.wheels():
         assert name in table
     assert table.count(f"on {upstream.commit[:12]}") == 3

@@ -126,12 +126,13 @@ def test_status_shows_pin_and_cache(run_ortstack: RunOrtstack, upstream: Upstrea
     cache = tmp_path / "cache"
     before = run_ortstack("status", "--stack", stack, "--cache-dir", cache)
     assert before.returncode == 0, before.stderr
-    assert upstream.commit in before.stderr
-    assert "not fetched" in before.stderr
+    assert upstream.commit in before.stdout  # the tables are data: stdout, so they pipe
+    assert "not fetched" in before.stdout
+    assert "│" not in before.stderr
     assert run_ortstack("fetch", "--stack", stack, "--cache-dir", cache).returncode == 0
     after = run_ortstack("status", "--stack", stack, "--cache-dir", cache)
-    assert "not fetched" not in after.stderr
-    assert f"(git, {len(upstream.tree_files(upstream.commit))} files)" in after.stderr
+    assert "not fetched" not in after.stdout
+    assert f"(git, {len(upstream.tree_files(upstream.commit))} files)" in after.stdout
 
 
 @pytest.mark.parametrize("content", [b"plain text", b""], ids=["text", "empty"])
@@ -155,12 +156,12 @@ def test_status_is_readable_at_80_columns(run_ortstack: RunOrtstack, tmp_path: P
     stack_file = ROOT / "stacks" / "pr-06f88ea6" / "stack.toml"
     result = run_ortstack("status", "--stack", stack_file, "--cache-dir", tmp_path / "c", env={"COLUMNS": "80"})
     assert result.returncode == 0, result.stderr
-    table_lines = [line for line in result.stderr.splitlines() if "│" in line or "┼" in line]
+    table_lines = [line for line in result.stdout.splitlines() if "│" in line or "┼" in line]
     assert table_lines
     assert all(len(line) <= 80 for line in table_lines), max(table_lines, key=len)
     firsts = {line.split("│")[0].strip() for line in table_lines}
     ids = re.findall(r'^id = "([^"]+)"', stack_file.read_text(encoding="utf-8"), re.MULTILINE)
     assert ids
     assert set(ids) <= firsts, sorted(set(ids) - firsts)
-    assert "platforms" in result.stderr, "no column is cut off"
+    assert "platforms" in result.stdout, "no column is cut off"
     assert result.stderr.rstrip().splitlines()[-1].startswith("ok: status of ")

@@ -197,7 +197,7 @@ def test_fetch_deps_gets_what_the_build_uses_and_the_build_fetches_nothing(
     assert_ok(project.ortstack("patch"))
     planned = project.ortstack("build", "--plan")
     assert planned.returncode == 0, planned.stderr
-    folders = {line.split("│")[1].strip() for line in planned.stderr.splitlines() if line.startswith("Dawn folder")}
+    folders = {line.split("│")[1].strip() for line in planned.stdout.splitlines() if line.startswith("Dawn folder")}
     assert folders == set(DAWN_LINUX_NEEDS)  # what the build will use, listed before it runs
     # The build may not reach the third-party repositories: take them away while it runs.
     git_root = upstream.work.parent / "dawn-deps" / "git"

@@ -181,6 +181,6 @@ def test_status_after_a_source_dir_run_says_where_the_source_came_from(
         "status", "--stack", project.stack_file, "--cache-dir", tmp_path / "cache", "--work-dir", tmp_path / "work"
     )
     assert status.returncode == 0, status.stderr
-    assert "fetched by git" not in status.stderr
-    assert "not fetched" not in status.stderr
-    assert status.stderr.count(f"the last run used --source-dir {checkout}") == 2  # pin and cache sections
+    assert "fetched by git" not in status.stdout
+    assert "not fetched" not in status.stdout
+    assert status.stdout.count(f"the last run used --source-dir {checkout}") == 2  # pin and cache sections

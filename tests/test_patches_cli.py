@@ -55,7 +55,7 @@ def test_patch_verb_fetches_prepares_and_fails_with_one_line(
 
     status = run_ortstack("status", *dirs(project, tmp_path))
     assert status.returncode == 0, status.stderr
-    lines = [" ".join(line.split()) for line in status.stderr.splitlines()]
+    lines = [" ".join(line.split()) for line in status.stdout.splitlines()]
     assert any(line.startswith("empty-weights │ local │ vendored │ applies │") for line in lines), status.stderr
     assert any(line.startswith("telemetry │ local │ vendored │ skipped on linux │") for line in lines), status.stderr
 
@@ -70,7 +70,7 @@ def test_patch_verb_fetches_prepares_and_fails_with_one_line(
     assert snapshot(tree) == before
 
     status = run_ortstack("status", *dirs(project, tmp_path))
-    cells = {row[0]: row for row in table_rows(status.stderr)}
+    cells = {row[0]: row for row in table_rows(status.stdout)}
     assert cells["negative"][2:4] == ["vendored", "CONFLICTS"]
     assert cells["empty-weights"][3] == "applies"  # it applied before the run stopped
     assert "the last `ortstack patch` stopped: patch 0003-negative.patch" in " ".join(status.stderr.split())
@@ -87,7 +87,7 @@ def test_locked_build_refuses_to_vendor(
     assert "--locked forbids downloading it" in line
 
     status = run_ortstack("status", *dirs(project, tmp_path))
-    text = " ".join(status.stderr.split())
+    text = " ".join((status.stdout + status.stderr).split())
     assert "1 of 1 patch entries are not vendored yet: empty-weights" in text
     assert "Vendor them with: nox -s refresh-patches (or: ortstack refresh-patches)" in text
 
@@ -96,7 +96,7 @@ def test_pull_request_stack_status_names_every_mission_entry(tmp_path: Path, run
     stack_file = Path(__file__).parents[1] / "stacks" / "pr-06f88ea6" / "stack.toml"
     result = run_ortstack("status", "--stack", stack_file, "--cache-dir", tmp_path / "c", "--work-dir", tmp_path / "w")
     assert result.returncode == 0, result.stderr
-    rows = {cells[0]: cells for cells in table_rows(result.stderr) if len(cells) == 6}
+    rows = {cells[0]: cells for cells in table_rows(result.stdout) if len(cells) == 6}
     telemetry = rows["telemetry-shutdown-skip"]
     assert (telemetry[2], telemetry[5]) == ("NOT VENDORED", "windows")
     if sys.platform.startswith("linux"):

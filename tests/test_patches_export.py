@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ortstack import _git, config
-from ortstack.errors import PatchError
+from ortstack.errors import UsageError
 from ortstack.lockfile import Lock
 from ortstack.patches import export, patch_status, patchfile, prepare
 from series_kit import EMPTY_WEIGHTS, PAGED, QK_NORM, TELEMETRY_SKIP, Project, commit_edits, extract, format_patch
@@ -89,7 +89,7 @@ def test_export_round_trips(upstream: Upstream, project: Project, tmp_path: Path
 
 def test_export_without_a_prepared_tree_says_what_to_run(project: Project, tmp_path: Path) -> None:
     stack = project.write([])
-    with pytest.raises(PatchError, match="no prepared tree") as failure:
+    with pytest.raises(UsageError, match="no prepared tree") as failure:
         export.export(stack, tmp_path / "nowhere", {})
     assert failure.value.tip is not None
     assert "ortstack patch" in failure.value.tip

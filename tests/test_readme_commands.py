@@ -142,7 +142,12 @@ def test_a_missing_system_package_stops_the_first_step_with_the_install_command(
         found = shutil.which(name)
         assert found is not None, name
         (tools / name).symlink_to(found)
-    result = run_ortstack("test", "--preflight", "--ep", "cpu", "--cache-dir", tmp_path / "c", env={"PATH": str(tools)})
+    argv = ("test", "--preflight", "--selftest-tools", "--ep", "cpu", "--cache-dir", tmp_path / "c")
+    result = run_ortstack(*argv, env={"PATH": str(tools)})
     line = one_error(result, 3)
     assert "need system packages that are missing: redis-server (redis-server)" in line
-    assert "sudo bash ci/install-system-deps.sh" in result.stderr
+    assert "sudo bash ci/install-system-deps.sh (or as root: bash ci/install-system-deps.sh)" in result.stderr
+    # A machine that only tests wheels is asked for none of them: only for what the lanes need.
+    wheels_only = run_ortstack(*(a for a in argv if a != "--selftest-tools"), env={"PATH": str(tools)})
+    assert wheels_only.returncode == 0, wheels_only.stderr
+    assert "redis" not in wheels_only.stderr

@@ -1,39 +1,42 @@
 """A real onnxruntime tree (1.21.0) through ortstack, up to the compile, on every test run.
 
-The archive is onnxruntime 1.21.0 as Debian repacks it (``onnxruntime_1.21.0+dfsg.orig.tar.xz``:
-the C++ sources and ``cmake/`` whole, ``*.onnx`` test models dropped). It is served on 127.0.0.1,
-fetched by archive URL + sha256, patched with a patch made here, and every variant is decided from
-its real cmake files: options the tree reads, the plugin EP it lacks, the deps.txt entries a Linux
-WebGPU configure uses, and its ``<tree>/mirror`` deps mirror. The archive is test data kept beside
-the checkout (``../shared/sources/``, or ``ORTSTACK_REAL_ORT_ARCHIVE``); without it this module
-fails, it is not skipped.
+The archive is onnxruntime 1.21.0 from ``ORTSTACK_REAL_ORT_ARCHIVE`` (Debian's repack
+``onnxruntime_1.21.0+dfsg.orig.tar.xz``, whose ``cmake/`` and C++ sources are whole, or GitHub's
+archive of the tag), else GitHub's archive downloaded once into the cache (tests/real_ort.py: the
+session checks it before any test runs, by the digests of the files these tests rely on). It is
+served on 127.0.0.1, fetched by archive URL + sha256, patched with a patch made here, and every
+variant is decided from its real cmake files: options the tree reads, the plugin EP it lacks, the
+deps.txt entries a Linux WebGPU configure uses, and its ``<tree>/mirror`` deps mirror. Without an
+archive the session stops at once naming both ways; these tests are never skipped.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+import real_ort
 from clirun import one_error
 from ortstack import config
 from ortstack.source import cmake_eval, dawn_plan, ort_tree
 from upstream import git
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from upstream import LoopbackServer
 
-ARCHIVE_NAME = "onnxruntime_1.21.0+dfsg.orig.tar.xz"
-ARCHIVE_SHA256 = "32df1f82bd6b07b18372c0f387133214905cbde7a586b3ad83f0ed0075f80273"
 # v1.21.0; the stock onnxruntime 1.21.0 wheel's build info names it (git-commit-id=e0b66cad28).
-# Debian's repack carries no commit id, so the archive's sha256 is what pins the bytes here.
+# Neither archive carries a commit id: the digests of real_ort.EXPECTED say the tree is 1.21.0, and
+# the sha256 of the archive at hand pins its bytes in the stack.
 V1_21_0 = "e0b66cad282043d4377cea5269083f17771b6dfc"
-PATCHED_FILE = "onnxruntime/contrib_ops/webgpu/quantization/matmul_nbits.cc"
+PATCHED_FILE = real_ort.PATCHED_FILE
 MARKER = "// ortstack real-tree test: this line comes from the project's patch"
 # What a Linux WebGPU configure of 1.21 uses of its 41 deps.txt entries, as read from its cmake/.
 LINUX_WEBGPU_DEPS = {
@@ -43,14 +46,10 @@ LINUX_WEBGPU_DEPS = {
 
 
 def real_archive() -> Path:
-    configured = os.environ.get("ORTSTACK_REAL_ORT_ARCHIVE")
-    path = Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "sources" / ARCHIVE_NAME
-    if not path.is_file():
-        pytest.fail(
-            f"the real onnxruntime 1.21.0 archive is missing: expected {path} "
-            "(set ORTSTACK_REAL_ORT_ARCHIVE to its path); these checks run on every test run"
-        )
-    return path
+    try:
+        return real_ort.session_archive(os.environ)
+    except real_ort.RealTreeUnavailableError as error:
+        pytest.fail(str(error))
 
 
 def _project_patch(tree_file_text: str, scratch: Path, env: dict[str, str]) -> str:
@@ -97,7 +96,9 @@ class RealProject:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, server: LoopbackServer, cli_env: dict[str, str]) -> RealProject:
     """A project pinning the served 1.21.0 archive by sha256, fetched, then patched (three variants)."""
-    url = server.add(f"/real/{ARCHIVE_NAME}", real_archive().read_bytes())
+    archive = real_archive()
+    url = server.add(f"/real/{archive.name}", archive.read_bytes())
+    sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
     root = tmp_path_factory.mktemp("real-tree")
     env = {
         **cli_env,
@@ -107,7 +108,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, server: LoopbackServer, cl
     }
     real = RealProject(root=root, env=env)
     (root / "project" / "patches").mkdir(parents=True)
-    real.stack.write_text(_stack(url), encoding="utf-8")
+    real.stack.write_text(_stack(url, sha256), encoding="utf-8")
     fetched = real.run("fetch")
     assert fetched.returncode == 0, fetched.stderr
     source = root / "cache" / "sources" / V1_21_0
@@ -116,18 +117,18 @@ def project(tmp_path_factory: pytest.TempPathFactory, server: LoopbackServer, cl
     patch = _project_patch((source / PATCHED_FILE).read_text(encoding="utf-8"), root / "scratch", git_env)
     (root / "project" / "patches" / "0001-mark-webgpu-matmulnbits.patch").write_text(patch, encoding="utf-8")
     entry = '[[patch]]\nid = "mark"\nfile = "patches/0001-mark-webgpu-matmulnbits.patch"\norigin = { kind = "local" }\n'
-    real.stack.write_text(_stack(url) + "\n" + entry, encoding="utf-8")
+    real.stack.write_text(_stack(url, sha256) + "\n" + entry, encoding="utf-8")
     patched = real.run("patch")
     assert patched.returncode == 0, patched.stderr
     return real
 
 
-def _stack(url: str) -> str:
+def _stack(url: str, sha256: str) -> str:
     return f"""[ort]
 repository = "https://github.com/microsoft/onnxruntime"
 commit = "{V1_21_0}"
 archive_url = "{url}"
-archive_sha256 = "{ARCHIVE_SHA256}"
+archive_sha256 = "{sha256}"
 
 [variant.webgpu]
 kind = "webgpu"

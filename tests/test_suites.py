@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clirun import one_error
-from ortstack.errors import NotAWheelError, SuiteError
-from ortstack.suites import suites
+from ortstack.errors import NotAWheelError, UsageError
+from ortstack.suites import outcomes, suites
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -107,17 +107,32 @@ def test_genai_runs_in_its_own_venv_beside_the_cpu_core() -> None:
 
 
 def test_genai_needs_a_cpu_core() -> None:
-    with pytest.raises(SuiteError, match="genai"):
+    with pytest.raises(UsageError, match="genai"):
         suites.with_genai(suites.plan([], ["webgpu"]))
 
 
-def test_junit_counts_name_tests_not_run(tmp_path: Path) -> None:
+def test_junit_tally_tells_absent_and_not_checked_from_passed_per_lane(tmp_path: Path) -> None:
+    """What the suites' plugin writes: the EP as a property, absent and not checked as skip messages."""
+
+    def case(ep: str, inner: str = "") -> str:
+        return f'<testcase name="t"><properties><property name="ep" value="{ep}"/></properties>{inner}</testcase>'
+
     report = tmp_path / "junit.xml"
     report.write_text(
-        '<testsuites><testsuite name="pytest" tests="10" skipped="4" failures="1" errors="1"/></testsuites>'
+        "<testsuites><testsuite>"
+        + case("cpu") * 3
+        + case("cpu", '<skipped message="absent: schema has no q_norm_weight"/>') * 2
+        + case("cpu", '<failure message="boom"/>')
+        + case("webgpu", '<skipped message="not checked: capture replay: no device OrtValues"/>')
+        + case("webgpu", '<skipped message="not run: webgpu: no usable device"/>') * 4
+        + case("webgpu", '<error message="fixture"/>')
+        + "</testsuite></testsuites>"
     )
-    assert suites._junit_counts(report) == "4 passed, 4 not run, 2 failed"
-    assert suites._junit_counts(tmp_path / "missing.xml") == ""
+    tally = suites._junit_tally(report)
+    assert tally is not None
+    assert outcomes.counts_line(tally["cpu"]) == "3 passed, 1 failed, 2 absent, 0 not checked"
+    assert outcomes.counts_line(tally["webgpu"]) == "0 passed, 1 failed, 0 absent, 1 not checked, 4 not run"
+    assert suites._junit_tally(tmp_path / "missing.xml") is None
 
 
 @pytest.mark.parametrize("lanes", [["webgpu"], ["plugin"], []], ids=["webgpu", "plugin", "default"])
@@ -128,8 +143,9 @@ def test_a_webgpu_lane_without_a_driver_fails_before_any_venv(
     cache = tmp_path / "cache"
     argv = [a for ep in lanes for a in ("--ep", ep)]
     result = run_ortstack("test", *argv, "--cache-dir", cache, env={"VK_DRIVER_FILES": str(tmp_path / "none.json")})
-    line = one_error(result, 7)
+    line = one_error(result, 3)
     assert "lanes cannot run" in line
+    assert "a machine setup problem: nothing was run" in line
     assert "none.json names no existing Vulkan driver manifest" in line
     assert "sudo bash ci/lavapipe.sh" in result.stderr
     assert "--ep cpu" in result.stderr

@@ -15,10 +15,12 @@ import re
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
 
+from clirun import one_error
 from ortstack.build.buildinfo import BUILD_INFO_NAME, BuildInfo
 from ortstack.suites import venv
 
@@ -93,17 +95,35 @@ def test_a_wheel_path_with_a_local_version_is_one_part(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.slow
-def test_an_old_ort_build_passes_offline_with_what_it_lacks_recorded_as_absent(
-    wheelhouse: Path, tmp_path: Path, cli_env: dict[str, str]
-) -> None:
+@dataclass(frozen=True)
+class OldOrtRun:
+    """The repacked wheel and one cache for the module's runs: the suites' venv is made once and reused."""
+
+    wheelhouse: Path
+    wheel: Path
+    cache: Path
+    env: dict[str, str]
+
+    def test(self, *args: str) -> subprocess.CompletedProcess[str]:
+        argv: list[str | os.PathLike[str]] = [sys.executable, "-m", "ortstack", "test", "--wheel", self.wheel]
+        argv += ["--ep", "cpu", "--find-links", self.wheelhouse, "--no-index", "--cache-dir", self.cache, *args]
+        cwd = self.cache.parent
+        return subprocess.run(argv, cwd=cwd, env=self.env, capture_output=True, text=True, check=False, timeout=1200)
+
+
+@pytest.fixture(scope="module")
+def old_ort(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory, cli_env: dict[str, str]) -> OldOrtRun:
     (stock,) = wheelhouse.glob("onnxruntime-1.21.0-*.whl")
-    wheel = repack_as_ortstack_build(stock, tmp_path, features=["qk_norm"])
-    argv: list[str | os.PathLike[str]] = [sys.executable, "-m", "ortstack", "test", "--wheel", wheel, "--ep", "cpu"]
-    argv += ["--find-links", wheelhouse, "--no-index", "--cache-dir", tmp_path / "cache"]
+    root = tmp_path_factory.mktemp("old-ort")
+    wheel = repack_as_ortstack_build(stock, root, features=["qk_norm"])
     # PIP_FIND_LINKS of the machine would add another folder: the wheelhouse must suffice alone.
     env = {k: v for k, v in cli_env.items() if not k.startswith(("PIP_", "UV_"))}
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=1200)
+    return OldOrtRun(wheelhouse=wheelhouse, wheel=wheel, cache=root / "cache", env=env)
+
+
+@pytest.mark.slow
+def test_an_old_ort_build_passes_offline_with_what_it_lacks_recorded_as_absent(old_ort: OldOrtRun) -> None:
+    done = old_ort.test()
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     assert f"onnxruntime {LOCAL_VERSION}" in out  # the repacked wheel is the one under test
@@ -118,6 +138,15 @@ def test_an_old_ort_build_passes_offline_with_what_it_lacks_recorded_as_absent(
     for what, pattern in absent.items():
         assert re.search(pattern, out), f"{what} is not recorded as absent:\n{out[-6000:]}"
     assert re.search(r"MatMulNBits 8-bit \(cpu\)\s+absent", out), out[-6000:]
-    assert re.search(r"^cpu\s+\d+ passed$", out, re.MULTILINE), out[-6000:]
-    assert re.search(r"onnxruntime-1\.21\.0\+stack\.0123abcd\S*\s*│ cpu\s*│ run\s*│ device answered", out), out[-3000:]
+    assert re.search(r"^cpu\s+\d+ passed, 0 failed, \d+ absent, 0 not checked$", out, re.MULTILINE), out[-6000:]
+    lane = r"onnxruntime-1\.21\.0\+stack\.0123abcd\S*\s*│ cpu\s*│ run\s*│ "
+    assert re.search(lane + r"\d+ passed, 0 failed, \d+ absent, 0 not checked\s*│ device answered", out), out[-3000:]
     assert "ok: wheel suites passed: 1 wheel sets, every lane asked for ran" in out
+
+
+@pytest.mark.slow
+def test_a_suite_that_ran_and_failed_is_exit_code_7(old_ort: OldOrtRun) -> None:
+    """7 is for suites that ran: here pytest ran and selected nothing (pytest exit 5), which passes nothing."""
+    line = one_error(old_ort.test("--", "-k", "no_such_test"), 7)
+    assert f"wheel suites failed for onnxruntime-{LOCAL_VERSION}" in line
+    assert "failed (pytest exit 5)" in line

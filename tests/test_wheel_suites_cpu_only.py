@@ -1,5 +1,7 @@
 """The wheel suites against a wheel without the WebGPU EP: the stock CPU onnxruntime that the test
-environment carries. WebGPU rows are reported as not run, with the reason; CPU rows still pass."""
+environment carries. WebGPU rows are reported as not run, with the reason; CPU rows pass where the
+feature is there, and are absent where it is not (its CPU EP has no PagedAttention, so no Q/K norm):
+never passed for a feature the wheel lacks, in the summary or the JUnit XML."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import re
 import subprocess
 import sys
 from typing import TYPE_CHECKING
+from xml.etree import ElementTree as ET
 
 import onnxruntime
 
@@ -31,6 +34,7 @@ def test_cpu_wheel_runs_cpu_rows_and_reports_webgpu_not_run(tmp_path: Path) -> N
             "webgpu",
             "-p",
             "no:cacheprovider",
+            f"--junitxml={tmp_path / 'junit.xml'}",
         ],
         cwd=tmp_path,  # outside the repository, as `ortstack test` runs the suites
         capture_output=True,
@@ -42,9 +46,21 @@ def test_cpu_wheel_runs_cpu_rows_and_reports_webgpu_not_run(tmp_path: Path) -> N
     assert re.search(
         r"^EP webgpu\s+NOT RUN: onnxruntime \S+ has no built-in WebGpuExecutionProvider$", out, re.MULTILINE
     )
-    cpu = re.search(r"^cpu\s+(\d+) passed$", out, re.MULTILINE)
+    cpu = re.search(r"^cpu\s+(\d+) passed, 0 failed, (\d+) absent, 0 not checked$", out, re.MULTILINE)
     assert cpu is not None, out[-4000:]
-    assert int(cpu.group(1)) > 0
-    webgpu = re.search(r"^webgpu\s+(\d+) skipped$", out, re.MULTILINE)
+    passed, absent = int(cpu.group(1)), int(cpu.group(2))
+    assert passed > 0
+    assert absent > 0
+    webgpu = re.search(r"^webgpu\s+0 passed, 0 failed, 0 absent, 0 not checked, (\d+) not run$", out, re.MULTILINE)
     assert webgpu is not None, out[-4000:]
-    assert int(webgpu.group(1)) == int(cpu.group(1)), "every CPU row has its WebGPU twin reported as not run"
+    assert int(webgpu.group(1)) == passed + absent, "every CPU row has its WebGPU twin reported as not run"
+    cases = {case.get("name"): case for case in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")}
+
+    def skip_message(name: str) -> str:
+        skipped = cases[name].find("skipped")
+        assert skipped is not None, f"{name} counted as passed"
+        return skipped.get("message", "")
+
+    for case in ("prefill", "prefill-after-cache", "decode"):
+        assert skip_message(f"test_qk_norm[cpu-{case}]").startswith("absent: "), "Q/K norm on a wheel without it"
+    assert skip_message("test_qk_norm[webgpu-decode]").startswith("not run: webgpu: ")

@@ -128,9 +128,25 @@ def _unknown_options(verb_parser: argparse.ArgumentParser, unknown: Sequence[str
     verb_parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
 
 
+def _common_options_after_the_verb(argv: Sequence[str]) -> list[str]:
+    """``ortstack --stack X build`` read as ``ortstack build --stack X``: the common options belong to each verb,
+    and given before it they mean the same."""
+    specs = _common_help()
+    valued = {name for name, spec in specs.items() if "action" not in spec}
+    flags = {name for name, spec in specs.items() if "action" in spec} | {"--debug-traceback"}
+    index = 0
+    while index < len(argv) and (name := argv[index].split("=", 1)[0]) in valued | flags:
+        index += 2 if name in valued and "=" not in argv[index] else 1
+    if index == 0:
+        return list(argv)
+    if index >= len(argv):  # options and no verb: argparse says a verb is required
+        return []
+    return [argv[index], *argv[:index], *argv[index + 1 :]]
+
+
 def main_inner(argv: Sequence[str] | None) -> int:
     parser, verbs, parsers = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(_common_options_after_the_verb(sys.argv[1:] if argv is None else argv))
     if unknown:
         _unknown_options(parsers[args.verb], unknown)
     config = settings.resolve(

@@ -107,6 +107,10 @@ class OrtPin:
     """Optional source archive of that commit (``.tar.gz``/``.zip``); fetched instead of git."""
     archive_sha256: str = ""
     """sha256 of ``archive_url``; when empty it is resolved on first use and kept in the lock."""
+    version: str = ""
+    """Optional: onnxruntime's ``VERSION_NUMBER`` at that commit. An archive or ``--source-dir`` tree that
+    names no commit (a repack, an extracted tarball) and says another version is refused; without it the
+    first such tree's version is kept in the lock and checked against."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 console = Console(stderr=True, highlight=False)
+"""Progress, logs and errors: stderr, so data on stdout pipes (``| less``, ``| grep``)."""
+data_console = Console(highlight=False)
+"""Tables (``status``, ``build --plan``, the suites' summary): stdout."""
 
 # C0 and C1 controls but tab and newline, and the marks that reorder text (bidi overrides).
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -129,11 +132,28 @@ def download_progress() -> Progress:
     )
 
 
+# Where even the longest words do not fit, the widest columns give way first, down to this; the words
+# then fold inside their cell rather than a column being dropped.
+NARROWEST_COLUMN = 8
+
+
+def _fit_floors(floor: list[int], available: int) -> list[int]:
+    """``floor`` narrowed, widest first, until the columns fit ``available`` (or each is at its narrowest)."""
+    fitted = list(floor)
+    while sum(fitted) > available:
+        widest = max(range(len(fitted)), key=fitted.__getitem__)
+        if fitted[widest] <= NARROWEST_COLUMN:
+            break
+        fitted[widest] -= 1
+    return fitted
+
+
 def _column_widths(columns: list[str], rows: list[list[str]], available: int) -> list[int]:
-    """Each column at least as wide as its longest word (an id, a path stays whole), the rest of the
-    width shared by how much more each column would take unwrapped."""
+    """Each column at least as wide as its longest word (an id, a path stays whole) where they all fit,
+    the rest of the width shared by how much more each column would take unwrapped."""
     cells = [[name, *(row[i] for row in rows)] for i, name in enumerate(columns)]
-    floor = [max((len(w) for cell in column for w in cell.split()), default=1) for column in cells]
+    longest_word = [max((len(w) for cell in column for w in cell.split()), default=1) for column in cells]
+    floor = _fit_floors(longest_word, available)
     # Unwrapped, with a space before the next column's rule where the width allows it.
     natural = [max(len(cell) for cell in column) + (i < len(cells) - 1) for i, column in enumerate(cells)]
     spare = max(0, available - sum(floor))
@@ -155,7 +175,7 @@ def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
         out.add_column(name, width=width, overflow="fold")
     for row in shown:
         out.add_row(*(escape(cell) for cell in row))
-    console.print(out)
+    data_console.print(out)
 
 
 def step_times() -> list[tuple[str, float]]:

@@ -41,7 +41,7 @@ def check(path: Path) -> WheelFile:
         msg = f"{path} cannot be followed: a loop of links, not a wheel"
         raise NotAWheelError(msg, tip=_TIP) from None
     if not path.is_file():
-        msg = f"wheel not found: {path}"
+        msg = f"{path} is a folder, not a wheel" if path.is_dir() else f"wheel not found: {path}"
         raise NotAWheelError(msg, tip=_TIP)
     try:
         name, version, _, tags = parse_wheel_filename(path.name)

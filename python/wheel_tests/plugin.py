@@ -1,6 +1,10 @@
 """pytest plugin for the wheel suites: ``--ep``, the feature matrix header, per-EP counts.
 
 Load it explicitly: ``python -m pytest -p wheel_tests.plugin --pyargs wheel_tests --ep all``.
+
+Outcomes (ortstack.suites.outcomes): a feature the wheel lacks ends its test as absent (the ``absent``
+fixture, after the test asserted how the wheel refused it), a check that could not run here as not
+checked (``not_checked``), an EP lane that cannot run as not run; each is counted apart per EP.
 """
 
 from __future__ import annotations
@@ -12,14 +16,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ortstack.suites import outcomes
 from wheel_tests import capabilities, eps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator
+    from typing import NoReturn
 
     from _pytest.terminal import TerminalReporter
 
-OUTCOMES = ("passed", "failed", "skipped", "error")
 BASELINES_KEY = pytest.StashKey[list[tuple[str, str]]]()
 FEATURES_KEY = pytest.StashKey[list[capabilities.Feature]]()
 
@@ -80,7 +85,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     params = []
     for ep in requested_eps(metafunc.config):
         status = capabilities.ep_status(ep)
-        marks = [] if status.runnable else [pytest.mark.skip(reason=f"{ep} not run: {status.reason}")]
+        marks = [] if status.runnable else [pytest.mark.skip(reason=f"{outcomes.NOT_RUN}: {ep}: {status.reason}")]
         params.append(pytest.param(ep, id=ep, marks=marks))
     metafunc.parametrize("ep", params)
 
@@ -93,14 +98,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def record_baseline(request: pytest.FixtureRequest) -> Callable[[str], None]:
-    """Record how a wheel that lacks a feature behaves; listed at the end of the run."""
+def absent(request: pytest.FixtureRequest) -> Callable[[str], NoReturn]:
+    """End the test as absent: the wheel lacks the feature, and ``behaviour`` (already asserted) is what it
+    did instead; listed at the end of the run."""
 
-    def record(behaviour: str) -> None:
+    def end(behaviour: str) -> NoReturn:
         request.config.stash[BASELINES_KEY].append((request.node.nodeid, behaviour))
-        request.node.user_properties.append(("baseline", behaviour))
+        pytest.skip(f"{outcomes.ABSENT}: {behaviour}")
 
-    return record
+    return end
+
+
+@pytest.fixture
+def not_checked() -> Callable[[str], NoReturn]:
+    """End the test as not checked: the check could not run here (``why``), so it proves nothing either way."""
+
+    def end(why: str) -> NoReturn:
+        pytest.skip(f"{outcomes.NOT_CHECKED}: {why}")
+
+    return end
+
+
+def outcome(report: pytest.TestReport) -> str:
+    """What one report counts as: a skip is told apart by its reason's prefix."""
+    if report.skipped:
+        return outcomes.of_skip(report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr))
+    if report.failed:
+        return outcomes.FAILED if report.when == "call" else outcomes.ERROR
+    return outcomes.PASSED
 
 
 @pytest.fixture
@@ -132,17 +157,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.Config) -> None:
-    counts: Counter[tuple[str, str]] = Counter()
-    for outcome in OUTCOMES:
-        for report in terminalreporter.stats.get(outcome, []):
-            # One report per test: the call phase, or the setup phase for tests skipped before it.
-            if outcome in {"passed", "failed"} and getattr(report, "when", "call") != "call":
+    counts: dict[str, Counter[str]] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            # One report per test: the call phase, or the setup phase for tests skipped or broken before it.
+            if not isinstance(report, pytest.TestReport) or (report.when != "call" and report.passed):
                 continue
-            counts[str(dict(getattr(report, "user_properties", [])).get("ep", "-")), outcome] += 1
+            ep = str(dict(report.user_properties).get("ep", "-"))
+            counts.setdefault(ep, Counter())[outcome(report)] += 1
     terminalreporter.section("wheel suites: tests per execution provider")
-    for ep in sorted({ep for ep, _ in counts}):
-        parts = ", ".join(f"{counts[ep, o]} {o}" for o in OUTCOMES if counts[ep, o])
-        terminalreporter.write_line(f"{ep:<7} {parts}")
+    for ep in sorted(counts):
+        terminalreporter.write_line(f"{ep:<7} {outcomes.counts_line(counts[ep])}")
     features = config.stash.get(FEATURES_KEY, [])
     if features:
         terminalreporter.section("feature matrix rows settled by tests")
@@ -150,6 +175,6 @@ def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.C
             terminalreporter.write_line(f"{f.name}  {f.state}  {f.evidence}")
     baselines = config.stash.get(BASELINES_KEY, [])
     if baselines:
-        terminalreporter.section("baseline behaviour recorded (features this wheel lacks)")
+        terminalreporter.section("absent: what the wheel did instead (features it lacks)")
         for nodeid, behaviour in baselines:
             terminalreporter.write_line(f"{nodeid}: {behaviour}")

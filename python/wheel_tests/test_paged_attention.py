@@ -15,6 +15,7 @@ from wheel_tests import capabilities, eps, paged, reference
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import NoReturn
 
 CASES = [
     pytest.param((6, 4), (0, 0), id="prefill"),
@@ -35,13 +36,13 @@ def _run(ep: eps.EpKind, model: bytes, p: reference.PagedInputs) -> list[np.ndar
         return exc
 
 
-def _assert_no_kernel_is_a_baseline(ep: eps.EpKind, error: Exception, record: Callable[[str], None]) -> None:
+def _no_kernel_is_absent(ep: eps.EpKind, error: Exception, absent: Callable[[str], NoReturn]) -> NoReturn:
     """A wheel may lack the kernel (CPU everywhere, WebGPU in 1.27, any EP in 1.21, which has no
     PagedAttention at all); a build whose patches claim the WebGPU kernel's Q/K norm must have it there."""
     assert NO_KERNEL.search(str(error)), str(error)
     webgpu_claimed = ep != "cpu" and capabilities.claimed("qk_norm")
     assert not webgpu_claimed, f"{ep} refused plain PagedAttention, though the build claims qk_norm: {error}"
-    record(f"no {ep} PagedAttention kernel: {str(error).splitlines()[0]}")
+    absent(f"no {ep} PagedAttention kernel: {str(error).splitlines()[0]}")
 
 
 def _plain_kernel_runs(ep: eps.EpKind) -> list[np.ndarray] | Exception:
@@ -50,19 +51,18 @@ def _plain_kernel_runs(ep: eps.EpKind) -> list[np.ndarray] | Exception:
 
 @pytest.mark.parametrize(("new_tokens", "past"), CASES)
 def test_paged_attention(
-    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], record_baseline: Callable[[str], None]
+    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], absent: Callable[[str], NoReturn]
 ) -> None:
     p = paged.inputs(new_tokens=new_tokens, past=past, qk_norm=False)
     result = _run(ep, paged.model(qk_norm=False), p)
     if isinstance(result, Exception):
-        _assert_no_kernel_is_a_baseline(ep, result, record_baseline)
-        return
+        _no_kernel_is_absent(ep, result, absent)
     paged.check(result, p)
 
 
 @pytest.mark.parametrize(("new_tokens", "past"), CASES)
 def test_qk_norm(
-    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], record_baseline: Callable[[str], None]
+    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], absent: Callable[[str], NoReturn]
 ) -> None:
     p = paged.inputs(new_tokens=new_tokens, past=past, qk_norm=True)
     result = _run(ep, paged.model(qk_norm=True), p)
@@ -73,15 +73,14 @@ def test_qk_norm(
     claimed = ep != "cpu" and capabilities.claimed("qk_norm")
     assert not claimed, f"the build claims Q/K norm in WebGPU PagedAttention, but: {result}"
     if "q_norm_weight" not in capabilities.schema_inputs("PagedAttention"):
-        record_baseline(f"schema has no q_norm_weight: {str(result).splitlines()[0]}")
-        return
+        absent(f"schema has no q_norm_weight: {str(result).splitlines()[0]}")
     assert NO_KERNEL.search(str(result)), str(result)
-    record_baseline(f"Q/K norm refused: {str(result).splitlines()[0]}")
+    absent(f"Q/K norm refused: {str(result).splitlines()[0]}")
 
 
 @pytest.mark.parametrize(("new_tokens", "past"), CASES)
 def test_qk_norm_reference_against_the_plain_kernel(
-    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], record_baseline: Callable[[str], None]
+    ep: eps.EpKind, new_tokens: tuple[int, ...], past: tuple[int, ...], absent: Callable[[str], NoReturn]
 ) -> None:
     """The reference's norm-then-RoPE equals the EP's plain kernel fed pre-normalised Q and K.
 
@@ -90,8 +89,7 @@ def test_qk_norm_reference_against_the_plain_kernel(
     p = paged.inputs(new_tokens=new_tokens, past=past, qk_norm=True)
     result = _run(ep, paged.model(qk_norm=False), paged.prenormalised(p))
     if isinstance(result, Exception):
-        _assert_no_kernel_is_a_baseline(ep, result, record_baseline)
-        return
+        _no_kernel_is_absent(ep, result, absent)
     paged.check(result, p)
     # And the norm matters: without it the reference differs from this kernel output.
     plain = reference.paged_attention(paged.inputs(new_tokens=new_tokens, past=past, qk_norm=False))
@@ -100,7 +98,7 @@ def test_qk_norm_reference_against_the_plain_kernel(
 
 
 @pytest.mark.parametrize("epsilon", [0.0, -1.0])
-def test_qk_norm_epsilon_is_validated(ep: eps.EpKind, epsilon: float, record_baseline: Callable[[str], None]) -> None:
+def test_qk_norm_epsilon_is_validated(ep: eps.EpKind, epsilon: float, absent: Callable[[str], NoReturn]) -> None:
     p = paged.inputs(new_tokens=(3, 2), past=(5, 17), qk_norm=True)
     with pytest.raises(ValueError, match="epsilon must be positive"):
         reference.paged_attention(p.__class__(**{**p.__dict__, "epsilon": epsilon}))
@@ -108,6 +106,5 @@ def test_qk_norm_epsilon_is_validated(ep: eps.EpKind, epsilon: float, record_bas
     assert isinstance(result, Exception), "a non-positive epsilon was accepted"
     if isinstance(_plain_kernel_runs(ep), Exception):
         assert NO_KERNEL.search(str(result)), str(result)
-        record_baseline(f"no kernel to validate epsilon: {str(result).splitlines()[0]}")
-        return
+        absent(f"no kernel to validate epsilon: {str(result).splitlines()[0]}")
     assert "epsilon" in str(result), str(result)

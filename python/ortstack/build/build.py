@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from ortstack import __version__, _run, diskspace, log
 from ortstack.build import sccache_dist, toolchain, variants, wheel
 from ortstack.build.buildinfo import BuildInfo, PatchInfo
-from ortstack.errors import BuildError, FetchError
+from ortstack.errors import BuildError, FetchError, UsageError
 from ortstack.patches import prepare, series
 from ortstack.source import dawn, dawn_plan, dep_sources, deps, fetch, ort_tree, wgsl
 
@@ -74,8 +74,8 @@ def prepared_tree(settings: Settings, variant: Variant) -> tuple[Path, str]:
     try:
         commit = _run.run(["git", "rev-parse", "HEAD"], cwd=tree, env=settings.env, capture=True, quiet=True)
     except (subprocess.CalledProcessError, FileNotFoundError, NotADirectoryError):
-        msg = f"no prepared tree for variant {variant.name!r} at {tree}"
-        raise BuildError(msg, tip=f"run `ortstack patch --variant {variant.name}` first") from None
+        msg = f"no prepared tree for variant {variant.name!r} at {tree}: an earlier step has not run"
+        raise UsageError(msg, tip=f"run `ortstack patch --variant {variant.name}` first") from None
     return tree, commit.stdout.strip()
 
 

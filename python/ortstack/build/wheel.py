@@ -38,13 +38,16 @@ PACKAGE_INFO_NAME = "build_and_package_info.py"
 
 
 def project_template_root(project_root: Path) -> Path:
-    """The folder with the template ``pyproject.toml`` and ``cpp_ext/``: the project, else ortstack's checkout."""
-    # ortstack's checkout: python/ortstack/ is two levels below it.
-    for candidate in (project_root, Path(ortstack.__file__).resolve().parents[2]):
+    """The folder with the template ``pyproject.toml`` and ``cpp_ext/``: the stack's folder or one above it
+    (``stacks/NAME/stack.toml`` in the repository), else the copy installed with ortstack, else the
+    checkout ortstack runs from (an editable install: ``python/ortstack/`` is two levels below it)."""
+    package = Path(ortstack.__file__).resolve().parent
+    candidates = (project_root, *project_root.resolve().parents)
+    for candidate in (*candidates, package / "wheel_project", package.parents[1]):
         if (candidate / "cpp_ext" / "CMakeLists.txt").is_file() and (candidate / "pyproject.toml").is_file():
             return candidate
-    msg = f"no wheel project (pyproject.toml + cpp_ext/CMakeLists.txt) in {project_root}"
-    raise BuildError(msg, tip="run ortstack from the project root")
+    msg = f"no wheel project (pyproject.toml + cpp_ext/CMakeLists.txt) in {project_root}, above it, or in {package}"
+    raise BuildError(msg, tip="reinstall ortstack (pip install ./python): its package carries the wheel project")
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import tomlkit
 
 from ortstack import _git, log
-from ortstack.errors import PatchError
+from ortstack.errors import UsageError
 from ortstack.lockfile import write_atomic
 from ortstack.patches import patchfile, prepare
 
@@ -44,8 +44,8 @@ def export(stack: Stack, tree: Path, env: Mapping[str, str]) -> list[str]:
     """Export the commits after the series in ``tree``; returns the new entries' ids."""
     state = prepare.read_state(tree)
     if state is None:
-        msg = f"no prepared tree at {tree}"
-        raise PatchError(msg, tip="run `ortstack patch` first, commit your changes there, then export")
+        msg = f"no prepared tree at {tree}: an earlier step has not run"
+        raise UsageError(msg, tip="run `ortstack patch` first, commit your changes there, then export")
     if _git.out(["status", "--porcelain"], cwd=tree, env=env):
         log.warn(f"{tree} has uncommitted changes: only commits are exported (git commit them first)")
     commits = _git.out(["rev-list", "--reverse", "--no-merges", f"{state.tip}..HEAD"], cwd=tree, env=env).split()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -150,6 +152,7 @@ def mirror_all(
     returns name -> what happened."""
     mirror.mkdir(parents=True, exist_ok=True)
     cache.ensure()
+    _check_reachable([d for d in dependencies if not d.mirror_path(mirror).is_file()], mirror)
     outcomes: dict[str, str] = {}
     errors: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -175,3 +178,45 @@ def missing_from_mirror(dependencies: list[Dependency], mirror: Path) -> list[De
 def mirror_path(settings: Settings) -> Path:
     """Where the deps mirror lives: in the cache, shared by every build of every variant."""
     return settings.cache_dir / "deps-mirror"
+
+
+# Offline, a host that does not resolve is asked this often, this far apart, before the entries it
+# serves are reported missing in one line (rather than each download retrying on its own).
+RESOLVE_ATTEMPTS = 2
+RESOLVE_DELAY_S = 1.0
+
+
+def unresolved_hosts(urls: list[str]) -> dict[str, str]:
+    """The hosts of ``urls`` whose names do not resolve (offline, or no DNS), each with the resolver's reason."""
+    pending = sorted({host for url in urls if (host := urlsplit(url).hostname)})
+    reasons: dict[str, str] = {}
+    for attempt in range(RESOLVE_ATTEMPTS):
+        if attempt:
+            time.sleep(RESOLVE_DELAY_S)
+        reasons = {}
+        for host in pending:
+            try:
+                socket.getaddrinfo(host, None)
+            except OSError as exc:  # socket.gaierror: no such name, or no resolver reachable
+                reasons[host] = exc.strerror or str(exc)
+        pending = sorted(reasons)
+        if not pending:
+            break
+    return reasons
+
+
+def _check_reachable(pending: list[Dependency], mirror: Path) -> None:
+    """One line for the entries whose host cannot be reached, before any download retries on its own."""
+    unreachable = unresolved_hosts([dependency.url for dependency in pending])
+    if not unreachable:
+        return
+    cut_off = [dependency for dependency in pending if urlsplit(dependency.url).hostname in unreachable]
+    hosts = ", ".join(f"{host} ({reason})" for host, reason in sorted(unreachable.items()))
+    names = ", ".join(dependency.name for dependency in cut_off)
+    msg = f"offline: cannot reach {hosts}, so {len(cut_off)} deps.txt entries are missing: {names}"
+    tip = (
+        f"run `ortstack fetch --deps` where the network reaches them, with the same --cache-dir (it fills {mirror}); "
+        f"or put each archive at {mirror}/<its URL without https://>, or give each source on disk: "
+        "[deps.NAME] source_dir in stack.toml or --dep-source NAME=PATH"
+    )
+    raise FetchError(msg, tip=tip)

@@ -57,7 +57,7 @@ class FetchResult:
     seconds: float = 0.0
 
     def summary(self) -> str:
-        verb = "using" if self.method == "local" else "cached" if self.cached else "fetched"
+        verb = "using" if self.method.startswith("local") else "cached" if self.cached else "fetched"
         digest = f", sha256 {self.archive_sha256}" if self.archive_sha256 else ""
         return (
             f"{verb} onnxruntime {self.commit[:12]} ({self.method}, {self.origin}) -> {self.source_dir}: "
@@ -80,9 +80,13 @@ def ensure_source(
     start = time.perf_counter()
     pin = stack.ort
     if source_dir is not None:
-        local = _use_local(source_dir, pin.commit, settings.env, start)
+        if _is_extracted_archive(source_dir, settings.env):
+            lock = Lock.load(settings.lock_file, locked=settings.locked)
+            local = _use_extracted_archive(source_dir, pin, cache_for(settings), lock, start=start)
+        else:
+            local = _use_local(source_dir, pin.commit, settings.env, start)
         settings.work_dir.mkdir(parents=True, exist_ok=True)
-        used = {"commit": local.commit, "origin": local.origin}
+        used = {"commit": local.commit, "origin": local.origin, "method": local.method}
         write_atomic(local_record_file(settings), (json.dumps(used, indent=2) + "\n").encode())
         return local
     cache = cache_for(settings)
@@ -247,8 +251,11 @@ def _fetch_archive(
     else:
         path, digest = _first_download(url, suffix, cache, size_limit(bounds.download_mib))
     try:
-        _check_commit(url, archive.extract(path, staged, label=url, limits=limits), pin.commit)
+        named = archive.extract(path, staged, label=url, limits=limits)
+        _check_commit(url, named, pin.commit)
         check_source_tree(staged, url)
+        if named is None:  # nothing in the archive ties it to the pin but its version
+            check_version(staged, pin, url, lock=lock, earlier=None)
     except FetchError:
         # Never keep, or trust, what could not be used, whatever its digest: a pinned one is refused again.
         path.unlink(missing_ok=True)
@@ -398,7 +405,10 @@ def local_source(settings: Settings, commit: str) -> str:
         record = json.loads(local_record_file(settings).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return ""
-    return str(record.get("origin", "")) if isinstance(record, dict) and record.get("commit") == commit else ""
+    if not isinstance(record, dict) or record.get("commit") != commit:
+        return ""
+    extracted = " (an extracted source archive)" if record.get("method") == "local archive" else ""
+    return f"{record.get('origin', '')}{extracted}"
 
 
 def cached_sources(cache: Cache) -> list[dict[str, Any]]:
@@ -406,3 +416,55 @@ def cached_sources(cache: Cache) -> list[dict[str, Any]]:
     records = [cache.source_record(marker.stem) for marker in cache.sources.glob("*.json")]
     complete = [r for r in records if r is not None]
     return sorted(complete, key=lambda r: str(r.get("fetched", "")), reverse=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# A source without git: an extracted source archive, or an archive that names no commit.
+
+
+def _is_extracted_archive(path: Path, env: Mapping[str, str]) -> bool:
+    """A folder with onnxruntime's root files that git does not know as a checkout (an extracted tarball)."""
+    if not all((path / name).is_file() for name in SOURCE_MARKS):
+        return False
+    head = _run.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], env=git_env(env), capture=True, check=False, quiet=True
+    )
+    return head.returncode != 0
+
+
+def _use_extracted_archive(path: Path, pin: OrtPin, cache: Cache, lock: Lock, *, start: float) -> FetchResult:
+    """``--source-dir`` of an extracted source tarball: its commit cannot be read, so its version is what is
+    checked; recorded as an extracted archive."""
+    source = path.resolve()
+    earlier = cache.source_dir(pin.commit) if cache.source_record(pin.commit) is not None else None
+    check_version(source, pin, f"--source-dir {path}", lock=lock, earlier=earlier)
+    record = {"commit": pin.commit, "method": "local archive", "origin": str(source)}
+    return _result(source, record, cached=True, start=start)
+
+
+def version_lock_key(commit: str) -> str:
+    return f"VERSION_NUMBER of {commit}"
+
+
+def check_version(tree: Path, pin: OrtPin, origin: str, *, lock: Lock, earlier: Path | None) -> None:
+    """Refuse a tree that names no commit and whose ``VERSION_NUMBER`` is not the pin's: ``[ort] version``,
+    else the version the lock kept from the first such fetch, else that of the pin's tree fetched
+    ``earlier`` into the cache. With none of them, the version is trusted on first use and kept in the lock."""
+    found = (tree / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
+    key = version_lock_key(pin.commit)
+    expected, known_from = pin.version, "[ort] version in the stack file"
+    if not expected and (kept := lock.get(key)):
+        expected, known_from = kept, f"kept in {lock.path.name} at the first fetch"
+    if not expected and earlier is not None and (earlier / "VERSION_NUMBER").is_file():
+        expected = (earlier / "VERSION_NUMBER").read_text(encoding="utf-8").strip()
+        known_from = f"the tree of {pin.commit[:12]} fetched earlier into the cache"
+    if not expected:
+        what = f"{origin} names no commit: its VERSION_NUMBER is taken as that of the pinned {pin.commit[:12]}"
+        if lock.locked:  # nothing new may be resolved: say it, and leave the lock as it is
+            log.warn(f"{what} ({found}; set [ort] version in the stack file to have it checked)")
+        else:
+            lock.resolve(key, found, what=what)
+        return
+    if found != expected:
+        msg = f"{origin} is onnxruntime {found}, but the pinned commit {pin.commit[:12]} is {expected} ({known_from})"
+        raise FetchError(msg, tip="give the source of the pinned commit, or pin the commit this source is of")

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import wheel_bench
 from ortstack import _run, log
-from ortstack.errors import SuiteError
-from ortstack.suites import venv, vulkan
+from ortstack.errors import ConfigError, SuiteError, UsageError
+from ortstack.suites import packages, venv, vulkan
 from wheel_bench import report
 
 if TYPE_CHECKING:
@@ -89,13 +89,9 @@ def quick(options: BenchOptions) -> BenchOptions:
     )
 
 
-def _python_dir() -> Path:
-    return Path(wheel_bench.__file__).resolve().parent.parent
-
-
 def _worker_env(options: BenchOptions, base: Mapping[str, str], wheel_index: int) -> dict[str, str]:
     env = dict(base)
-    env["PYTHONPATH"] = str(_python_dir())
+    env["PYTHONPATH"] = str(packages.suite_pythonpath(options.cache_dir))
     env["PYTHONUNBUFFERED"] = "1"
     if options.ep == "webgpu" and _software_adapter(env):
         env["ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"] = "1"
@@ -111,13 +107,13 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
     """What can be known before any venv or model is made: the wheels are wheels, the EP has a driver."""
     if not 1 <= len(options.wheels) <= 2:  # noqa: PLR2004 - A or A/B
         msg = f"give one or two wheels, not {len(options.wheels)}"
-        raise SuiteError(msg, tip="--wheel A [--wheel B]")
+        raise UsageError(msg, tip="--wheel A [--wheel B]")
     for spec in options.wheels:
         venv.parse_wheel_spec(spec)
     missing = vulkan.missing_driver(env) if options.ep == "webgpu" else None
     if missing is not None:
-        msg = f"the webgpu bench cannot run: {missing}"
-        raise SuiteError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
+        msg = f"the webgpu bench cannot run: {missing} (a machine setup problem: nothing was run)"
+        raise ConfigError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
 
 
 def finished_result(result_path: Path) -> bool:
@@ -141,7 +137,7 @@ def ensure_model(options: BenchOptions, env: Mapping[str, str]) -> Path:
     """The genai model for this run: given, cached, or built now in a builder venv."""
     if options.model_dir is not None:
         return options.model_dir
-    source = (_python_dir() / "wheel_bench" / "genai_model.py").read_bytes()
+    source = (Path(wheel_bench.__file__).resolve().parent / "genai_model.py").read_bytes()
     key = hashlib.sha256(source + f"{options.model_shape}/{options.ep}".encode()).hexdigest()[:16]
     root = options.cache_dir / "genai-models" / key
     if (root / "model" / "manifest.json").is_file():
@@ -161,7 +157,7 @@ def ensure_model(options: BenchOptions, env: Mapping[str, str]) -> Path:
         python = builder.python
     if root.exists():
         shutil.rmtree(root)
-    build_env = {**env, "PYTHONPATH": str(_python_dir())}
+    build_env = {**env, "PYTHONPATH": str(packages.suite_pythonpath(options.cache_dir))}
     argv: list[str | os.PathLike[str]] = [
         python,
         "-m",

@@ -27,8 +27,8 @@ TEST_TOOLS = {
     "bwrap": "bubblewrap",  # the sandbox of the distributed-compile test's sccache-dist build server
 }
 INSTALL_TIP = (
-    "sudo bash ci/install-system-deps.sh installs them and Mesa's lavapipe (Debian, Ubuntu); "
-    "elsewhere install the tools named, then run again"
+    "sudo bash ci/install-system-deps.sh (or as root: bash ci/install-system-deps.sh) installs them and "
+    "Mesa's lavapipe (Debian, Ubuntu); elsewhere install the tools named, then run again"
 )
 
 
@@ -40,7 +40,11 @@ def missing_test_tools(env: Mapping[str, str]) -> list[str]:
 
 
 def check_test_machine(env: Mapping[str, str]) -> None:
-    """Stop with every missing system package named, or say that the machine is ready."""
+    """Stop with every missing system package named, or say that the machine is ready.
+
+    Only for the orchestrator's own tests (``ortstack test --preflight --selftest-tools``, as ``nox -s test``
+    runs it): testing wheels needs none of these tools.
+    """
     missing = missing_test_tools(env)
     if missing:
         msg = f"the orchestrator's tests need system packages that are missing: {', '.join(missing)}"

@@ -12,15 +12,15 @@ import json
 import signal
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from xml.etree import ElementTree as ET
 
-import ortstack
 from ortstack import _run, log, wheelfile
-from ortstack.errors import SuiteError
-from ortstack.suites import venv, vulkan
+from ortstack.errors import ConfigError, SuiteError, UsageError
+from ortstack.suites import outcomes, packages, venv, vulkan
 
 if TYPE_CHECKING:
     import os
@@ -72,7 +72,9 @@ class SuiteResult:
     returncode: int
     seconds: float
     counts: str = ""
-    """``N passed, M not run, K failed`` from the run's JUnit report ("" if pytest wrote none)."""
+    """``N passed, N failed, N absent, N not checked[, N not run]`` from the run's JUnit report ("" if none)."""
+    lane_counts: dict[str, str] = field(default_factory=dict)
+    """The same per EP (the tests' ``ep`` property)."""
     lanes: tuple[Lane, ...] = ()
     """Each EP the run asked for, as the suite's plugin reported it (empty if pytest wrote none)."""
     crashed_in: str = ""
@@ -199,22 +201,7 @@ def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
             )
             return [*sets, genai]
     msg = "no wheel set can host the genai suite (it needs the CPU onnxruntime core, >= 1.31)"
-    raise SuiteError(msg, tip="test a CPU onnxruntime wheel (plus the plugin EP wheel) with --genai")
-
-
-def _ortstack_source() -> Path:
-    """The ``python/`` folder this ortstack runs from: the suite runs find wheel_tests there (PYTHONPATH).
-
-    Nothing of it is installed into the venvs, so they need no build backend and no index for it.
-    """
-    source = Path(ortstack.__file__).resolve().parent.parent
-    if not (source / "pyproject.toml").is_file() or not (source / "wheel_tests").is_dir():
-        msg = f"ortstack at {source} is not a source checkout, so the wheel suites cannot be found"
-        raise SuiteError(
-            msg,
-            tip="install ortstack from the repository: pip install -e python",
-        )
-    return source
+    raise UsageError(msg, tip="test a CPU onnxruntime wheel (plus the plugin EP wheel) with --genai")
 
 
 def prepare_venv(
@@ -236,7 +223,7 @@ def run_suite(
     """``python -m pytest --pyargs wheel_tests`` in ``venv``, from an empty directory outside the repo."""
     child_env = {k: v for k, v in env.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
     child_env["WHEEL_TESTS_CACHE"] = str(cache_dir / "wheel-tests")
-    child_env["PYTHONPATH"] = str(_ortstack_source())
+    child_env["PYTHONPATH"] = str(packages.suite_pythonpath(cache_dir))
     if WEBGPU_LANES & set(wheel_set.eps):
         child_env = vulkan.webgpu_env(child_env, cache_dir / "mesa-shaders")
     argv: list[str | os.PathLike[str]] = [
@@ -265,14 +252,15 @@ def run_suite(
         running = Path(outside) / "running.txt"
         argv += [f"--junitxml={report}", f"--lanes-json={lanes_report}", f"--running-file={running}"]
         done = _run.run(argv, cwd=Path(outside), env=child_env, check=False, timeout=PYTEST_TIMEOUT_S)
-        counts = _junit_counts(report)
+        tally = _junit_tally(report)
         lanes = _lanes(lanes_report)
         crashed_in = running.read_text(encoding="utf-8").strip() if done.returncode < 0 and running.is_file() else ""
     return SuiteResult(
         wheel_set=wheel_set,
         returncode=done.returncode,
         seconds=time.perf_counter() - start,
-        counts=counts,
+        counts=outcomes.counts_line(sum(tally.values(), Counter())) if tally is not None else "",
+        lane_counts={ep: outcomes.counts_line(counts) for ep, counts in (tally or {}).items()},
         lanes=lanes,
         crashed_in=crashed_in,
     )
@@ -286,16 +274,25 @@ def _lanes(report: Path) -> tuple[Lane, ...]:
     return tuple(Lane(ep=ep, run=bool(row["run"]), reason=str(row["reason"])) for ep, row in rows.items())
 
 
-def _junit_counts(report: Path) -> str:
-    """Passed / not run / failed from pytest's JUnit XML (our own file, written by the run above)."""
+def _junit_tally(report: Path) -> dict[str, Counter[str]] | None:
+    """Each EP's tests by outcome, from pytest's JUnit XML (our own file, written by the run above).
+
+    A failure or error is failed; a skip is absent, not checked or not run by its message's prefix.
+    """
     if not report.is_file():
-        return ""
-    suite = ET.parse(report).getroot()  # noqa: S314 - a file this run just wrote
-    suite = suite if suite.tag == "testsuite" else suite[0]
-    tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
-    failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
-    parts = [f"{tests - skipped - failed} passed", f"{skipped} not run"] + ([f"{failed} failed"] if failed else [])
-    return ", ".join(parts)
+        return None
+    tally: dict[str, Counter[str]] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):  # noqa: S314 - a file this run just wrote
+        ep = next((p.get("value", "-") for p in case.iter("property") if p.get("name") == "ep"), "-")
+        skipped = case.find("skipped")
+        if case.find("failure") is not None or case.find("error") is not None:
+            kind = outcomes.FAILED
+        elif skipped is not None:
+            kind = outcomes.of_skip(skipped.get("message", ""))
+        else:
+            kind = outcomes.PASSED
+        tally.setdefault(ep, Counter())[kind] += 1
+    return tally
 
 
 def check_lanes_can_run(sets: Sequence[WheelSet], env: Mapping[str, str]) -> None:
@@ -306,8 +303,8 @@ def check_lanes_can_run(sets: Sequence[WheelSet], env: Mapping[str, str]) -> Non
     asked = sorted({ep for s in sets for ep in s.eps} & WEBGPU_LANES)
     missing = vulkan.missing_driver(env) if asked else None
     if missing is not None:
-        msg = f"the {' and '.join(asked)} lanes cannot run: {missing}"
-        raise SuiteError(msg, tip=vulkan.LAVAPIPE_TIP)
+        msg = f"the {' and '.join(asked)} lanes cannot run: {missing} (a machine setup problem: nothing was run)"
+        raise ConfigError(msg, tip=vulkan.LAVAPIPE_TIP)
 
 
 def _lane_rows(results: Sequence[SuiteResult]) -> list[list[str]]:
@@ -318,7 +315,7 @@ def _lane_rows(results: Sequence[SuiteResult]) -> list[list[str]]:
             lane = lanes.get(ep)
             state = "run" if lane is not None and lane.run else "NOT RUN"
             why = lane.reason if lane is not None else "the suite reported nothing for it"
-            rows.append([r.wheel_set.label, ep, state, why])
+            rows.append([r.wheel_set.label, ep, state, r.lane_counts.get(ep, ""), why])
     return rows
 
 
@@ -362,7 +359,7 @@ def run_all(
         ["wheel set", "EPs", "result", "tests", "time"],
         [[r.wheel_set.label, ",".join(r.wheel_set.eps), r.outcome, r.counts, f"{r.seconds:.0f} s"] for r in results],
     )
-    log.table("lanes", ["wheel set", "EP", "state", "why"], _lane_rows(results))
+    log.table("lanes", ["wheel set", "EP", "state", "tests", "why"], _lane_rows(results))
     failed = [r for r in results if r.returncode != 0 or r.not_run]
     if failed:
         not_run = [lane for r in failed for lane in r.not_run]

@@ -82,6 +82,8 @@ def parse_wheel_spec(spec: str) -> tuple[str, ...]:
             parts.append(piece)
     resolved: list[str] = []
     for part in (p.strip() for p in parts):
+        if part and not part.endswith(".whl") and Path(part).expanduser().exists():
+            wheelfile.check(Path(part))  # a file or folder given as a wheel: says why it is none
         if not part:
             msg = f"wheel spec {spec!r} has an empty part"
             raise ConfigError(msg, tip="join requirements with a single '+'")

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 ICD_ENV = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES")
 LAVAPIPE_TIP = (
-    "WebGPU needs a Vulkan driver: `sudo bash ci/lavapipe.sh` installs Mesa's lavapipe (a CPU driver, no GPU "
+    "WebGPU needs a Vulkan driver: `sudo bash ci/lavapipe.sh` (as root: without sudo) installs Mesa's lavapipe "
+    "(a CPU driver, no GPU "
     "needed), or install your GPU's driver; to test only the CPU EP, narrow the lanes with `--ep cpu`"
 )
 
