@@ -29,7 +29,7 @@ def test_unknown_key_without_a_close_match_lists_the_valid_keys_and_hides_nothin
     assert problems == [
         (
             f"ortstack: error: {stack}:4: ort.colour: unknown key",
-            "tip: valid keys here: repository, commit, archive_url, archive_sha256",
+            "tip: valid keys here: repository, commit, archive_url, archive_sha256, version",
         ),
         (
             f"ortstack: error: {stack}:5: ort.archive_url: expected str, got int 5",

@@ -166,7 +166,7 @@ def test_twenty_thousand_unknown_keys_are_refused_at_once(run_ortstack: RunOrtst
     assert elapsed < 60, elapsed
     assert problems[0] == (
         f"ortstack: error: {stack}:4: ort.unknown_key_0: unknown key",
-        "tip: valid keys here: repository, commit, archive_url, archive_sha256",
+        "tip: valid keys here: repository, commit, archive_url, archive_sha256, version",
     )
     assert len(problems) == 51
     assert problems[-1] == (
