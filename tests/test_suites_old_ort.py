@@ -138,6 +138,7 @@ def test_an_old_ort_build_passes_offline_with_what_it_lacks_recorded_as_absent(o
     for what, pattern in absent.items():
         assert re.search(pattern, out), f"{what} is not recorded as absent:\n{out[-6000:]}"
     assert re.search(r"MatMulNBits 8-bit \(cpu\)\s+absent", out), out[-6000:]
+    assert re.search(r"test_paged_qk_norm\.py:\d+: absent: Q/K norm on cpu: ", out), out[-6000:]
     assert re.search(r"^cpu\s+\d+ passed, 0 failed, \d+ absent, 0 not checked$", out, re.MULTILINE), out[-6000:]
     lane = r"onnxruntime-1\.21\.0\+stack\.0123abcd\S*\s*│ cpu\s*│ run\s*│ "
     assert re.search(lane + r"\d+ passed, 0 failed, \d+ absent, 0 not checked\s*│ device answered", out), out[-3000:]

@@ -251,35 +251,62 @@ class PagedSpec:
     dtype: type[np.floating] = np.float16
     qk_norm: bool = False
     epsilon: float = 1e-6
+    rotary: bool = True
+    interleaved: bool = False
+    packed_qkv: bool = False
+    """Q, K and V in one ``query`` input of (tokens, (num_heads + 2 * kv_heads) * head_size)."""
+    local_window: int = -1
+    causal: bool | None = None
+    """The ``is_causal`` attribute; None leaves it out (schemas before it causal only)."""
 
 
 def paged_attention(spec: PagedSpec) -> bytes:
-    """PagedAttention with RoPE, separate Q/K/V, optional per-head Q/K RMSNorm weights as inputs."""
+    """PagedAttention, separate or packed Q/K/V, optional RoPE and per-head Q/K RMSNorm weights as inputs."""
     elem = ELEM_TYPE[spec.dtype]
     d = spec.head_size
     cache_shape = [spec.blocks, spec.block_size, spec.kv_heads, d]
-    names = ["query", "key", "value", "key_cache", "value_cache", "cumulative_sequence_length"]
-    names += ["past_seqlens", "block_table", "cos_cache", "sin_cache"]
-    inputs = [
-        helper.make_tensor_value_info("query", elem, ["T", spec.num_heads * d]),
-        helper.make_tensor_value_info("key", elem, ["T", spec.kv_heads * d]),
-        helper.make_tensor_value_info("value", elem, ["T", spec.kv_heads * d]),
+    if spec.packed_qkv:
+        names = ["query", "", ""]
+        inputs = [helper.make_tensor_value_info("query", elem, ["T", (spec.num_heads + 2 * spec.kv_heads) * d])]
+    else:
+        names = ["query", "key", "value"]
+        inputs = [
+            helper.make_tensor_value_info("query", elem, ["T", spec.num_heads * d]),
+            helper.make_tensor_value_info("key", elem, ["T", spec.kv_heads * d]),
+            helper.make_tensor_value_info("value", elem, ["T", spec.kv_heads * d]),
+        ]
+    names += ["key_cache", "value_cache", "cumulative_sequence_length", "past_seqlens", "block_table"]
+    inputs += [
         helper.make_tensor_value_info("key_cache", elem, cache_shape),
         helper.make_tensor_value_info("value_cache", elem, cache_shape),
         helper.make_tensor_value_info("cumulative_sequence_length", TensorProto.INT32, ["B1"]),
         helper.make_tensor_value_info("past_seqlens", TensorProto.INT32, ["B"]),
         helper.make_tensor_value_info("block_table", TensorProto.INT32, ["B", "MB"]),
-        helper.make_tensor_value_info("cos_cache", elem, ["P", d // 2]),
-        helper.make_tensor_value_info("sin_cache", elem, ["P", d // 2]),
     ]
-    attrs: dict[str, float | int] = {"num_heads": spec.num_heads, "kv_num_heads": spec.kv_heads, "do_rotary": 1}
+    attrs: dict[str, float | int] = {
+        "num_heads": spec.num_heads,
+        "kv_num_heads": spec.kv_heads,
+        "do_rotary": int(spec.rotary),
+    }
+    if spec.rotary:
+        names += ["cos_cache", "sin_cache"]
+        inputs += [
+            helper.make_tensor_value_info("cos_cache", elem, ["P", d // 2]),
+            helper.make_tensor_value_info("sin_cache", elem, ["P", d // 2]),
+        ]
+        attrs["rotary_interleaved"] = int(spec.interleaved)
     if spec.qk_norm:
-        names += ["", "", "q_norm_weight", "k_norm_weight"]  # slot_mapping and head_sink unused
+        names += [""] * (12 - len(names))  # cos/sin caches when absent, slot_mapping, head_sink
+        names += ["q_norm_weight", "k_norm_weight"]
         inputs += [
             helper.make_tensor_value_info("q_norm_weight", elem, [d]),
             helper.make_tensor_value_info("k_norm_weight", elem, [d]),
         ]
         attrs["qk_norm_epsilon"] = spec.epsilon
+    if spec.local_window != -1:
+        attrs["local_window_size"] = spec.local_window
+    if spec.causal is not None:
+        attrs["is_causal"] = int(spec.causal)
     node = helper.make_node(
         "PagedAttention",
         names,
@@ -292,5 +319,58 @@ def paged_attention(spec: PagedSpec) -> bytes:
         helper.make_tensor_value_info("output", elem, ["T", spec.num_heads * d]),
         helper.make_tensor_value_info("key_cache_out", elem, cache_shape),
         helper.make_tensor_value_info("value_cache_out", elem, cache_shape),
+    ]
+    return _model([node], inputs, outputs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GqaSpec:
+    num_heads: int
+    kv_heads: int
+    head_size: int
+    epsilon: float = 1e-6
+    with_past: bool = True
+
+
+def group_query_attention(spec: GqaSpec) -> bytes:
+    """fp16 GroupQueryAttention with RoPE and per-head Q/K RMSNorm (inputs 14/15), BSNH, one sequence."""
+    elem = TensorProto.FLOAT16
+    d = spec.head_size
+    past = ["past_key", "past_value"] if spec.with_past else ["", ""]
+    names = ["query", "key", "value", *past, "seqlens_k", "total_sequence_length", "cos_cache", "sin_cache"]
+    names += ["", "", "", "", "", "q_norm_weight", "k_norm_weight"]  # position_ids .. v_scale unused
+    inputs = [
+        helper.make_tensor_value_info("query", elem, ["B", "S", spec.num_heads * d]),
+        helper.make_tensor_value_info("key", elem, ["B", "S", spec.kv_heads * d]),
+        helper.make_tensor_value_info("value", elem, ["B", "S", spec.kv_heads * d]),
+    ]
+    if spec.with_past:
+        inputs += [
+            helper.make_tensor_value_info("past_key", elem, ["B", spec.kv_heads, "P", d]),
+            helper.make_tensor_value_info("past_value", elem, ["B", spec.kv_heads, "P", d]),
+        ]
+    inputs += [
+        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
+        helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
+        helper.make_tensor_value_info("cos_cache", elem, ["M", d // 2]),
+        helper.make_tensor_value_info("sin_cache", elem, ["M", d // 2]),
+        helper.make_tensor_value_info("q_norm_weight", elem, [d]),
+        helper.make_tensor_value_info("k_norm_weight", elem, [d]),
+    ]
+    node = helper.make_node(
+        "GroupQueryAttention",
+        names,
+        ["output", "present_key", "present_value"],
+        name="gqa",
+        domain="com.microsoft",
+        num_heads=spec.num_heads,
+        kv_num_heads=spec.kv_heads,
+        do_rotary=1,
+        qk_norm_epsilon=spec.epsilon,
+    )
+    outputs = [
+        helper.make_tensor_value_info("output", elem, ["B", "S", spec.num_heads * d]),
+        helper.make_tensor_value_info("present_key", elem, ["B", spec.kv_heads, "T", d]),
+        helper.make_tensor_value_info("present_value", elem, ["B", spec.kv_heads, "T", d]),
     ]
     return _model([node], inputs, outputs)

@@ -135,24 +135,56 @@ def qlora(a: FloatArray, base: QuantizedWeight, adapter: LoraWeights | None) -> 
 
 
 def rms_norm_heads(x: FloatArray, weight: FloatArray, *, head_size: int, epsilon: float) -> npt.NDArray[np.float64]:
-    """RMSNorm over each head of (tokens, heads * head_size) separately, times ``weight``."""
+    """RMSNorm over each head of (tokens, heads * head_size) separately, times ``weight``.
+
+    The arithmetic a WebGPU/CUDA kernel does: sum of squares, inverse RMS and gain in float32, the
+    result rounded to float16 (the normalised Q/K are materialised in fp16 before RoPE).
+    """
     if not (epsilon > 0 and np.isfinite(epsilon)):
         msg = f"epsilon must be positive and finite, got {epsilon}"
         raise ValueError(msg)
-    heads = x.astype(np.float64).reshape(x.shape[0], -1, head_size)
-    rms = np.sqrt(np.mean(heads**2, axis=-1, keepdims=True) + epsilon)
-    normalised: npt.NDArray[np.float64] = (heads / rms * weight.astype(np.float64)).reshape(x.shape)
-    return normalised
+    heads = x.astype(np.float32).reshape(x.shape[0], -1, head_size)
+    mean_square = np.mean(heads * heads, axis=-1, keepdims=True, dtype=np.float32)
+    inv_rms = np.float32(1.0) / np.sqrt(mean_square + np.float32(epsilon))
+    normalised = (heads * inv_rms * weight.astype(np.float32)).astype(np.float16)
+    return normalised.reshape(x.shape).astype(np.float64)
+
+
+def rms_norm_hidden(x: FloatArray, weight: FloatArray, *, head_size: int, epsilon: float) -> npt.NDArray[np.float64]:
+    """The wrong reading of Q/K norm: one RMS over the whole hidden row, ``weight`` tiled per head.
+
+    Kept only so that a regression test can show its cases tell this apart from ``rms_norm_heads``.
+    """
+    row = x.astype(np.float32)
+    inv_rms = np.float32(1.0) / np.sqrt(np.mean(row * row, axis=-1, keepdims=True) + np.float32(epsilon))
+    gain = np.tile(weight.astype(np.float32), row.shape[-1] // head_size)
+    wrong: npt.NDArray[np.float64] = (row * inv_rms * gain).astype(np.float16).astype(np.float64)
+    return wrong
 
 
 def rotary(
-    x: FloatArray, positions: npt.NDArray[np.integer], cos: FloatArray, sin: FloatArray, head_size: int
+    x: FloatArray,
+    positions: npt.NDArray[np.integer],
+    cos: FloatArray,
+    sin: FloatArray,
+    head_size: int,
+    *,
+    interleaved: bool = False,
 ) -> npt.NDArray[np.float64]:
-    """Non-interleaved RoPE of (tokens, heads * head_size) at the given positions."""
+    """RoPE of (tokens, heads * head_size) at the given positions, over the whole head.
+
+    Split halves (x1, x2) by default; ``interleaved`` rotates the pairs (x0, x1), (x2, x3), ...
+    """
     heads = x.astype(np.float64).reshape(x.shape[0], -1, head_size)
-    half = head_size // 2
     c = cos.astype(np.float64)[positions][:, None, :]
     s = sin.astype(np.float64)[positions][:, None, :]
+    if interleaved:
+        first, second = heads[..., 0::2], heads[..., 1::2]
+        out = np.empty_like(heads)
+        out[..., 0::2] = first * c - second * s
+        out[..., 1::2] = second * c + first * s
+        return out.reshape(x.shape)
+    half = head_size // 2
     first, second = heads[..., :half], heads[..., half:]
     return np.concatenate([first * c - second * s, second * c + first * s], axis=-1).reshape(x.shape)
 
@@ -176,6 +208,12 @@ class PagedInputs:
     q_norm: FloatArray | None = None
     k_norm: FloatArray | None = None
     epsilon: float = 1e-6
+    rotary: bool = True
+    interleaved: bool = False
+    local_window: int = -1
+    """Keys a query sees, counted back from its own position (itself included); -1: all."""
+    causal: bool = True
+    """False: every new token also sees the later new tokens of its sequence (a block drafter)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +224,7 @@ class PagedOutputs:
 
 
 def paged_attention(p: PagedInputs) -> PagedOutputs:
-    """Causal paged attention with RoPE; Q/K RMSNorm per head before RoPE when norm weights are given.
+    """Paged attention with optional RoPE; Q/K RMSNorm per head before RoPE when norm weights are given.
 
     Only the incoming keys are normalised and written to the cache; what the cache held stays.
     """
@@ -204,8 +242,11 @@ def paged_attention(p: PagedInputs) -> PagedOutputs:
         start, end = int(p.cumulative_lengths[seq]), int(p.cumulative_lengths[seq + 1])
         past = int(p.past_lengths[seq])
         positions = np.arange(past, past + end - start)
-        q = rotary(query[start:end], positions, p.cos, p.sin, d).reshape(-1, p.num_heads, d)
-        k = rotary(key[start:end], positions, p.cos, p.sin, d).reshape(-1, p.kv_heads, d)
+        q, k = query[start:end], key[start:end]
+        if p.rotary:
+            q = rotary(q, positions, p.cos, p.sin, d, interleaved=p.interleaved)
+            k = rotary(k, positions, p.cos, p.sin, d, interleaved=p.interleaved)
+        q, k = q.reshape(-1, p.num_heads, d), k.reshape(-1, p.kv_heads, d)
         v = p.value[start:end].astype(np.float64).reshape(-1, p.kv_heads, d)
         for i, pos in enumerate(positions):
             blk, off = p.block_table[seq, pos // block_size], pos % block_size
@@ -215,11 +256,13 @@ def paged_attention(p: PagedInputs) -> PagedOutputs:
         keys = np.stack([key_cache[b, o] for b, o in slots])  # (total, kv_heads, d)
         values = np.stack([value_cache[b, o] for b, o in slots])
         for i, pos in enumerate(positions):
+            last = pos + 1 if p.causal else total
+            first = max(0, pos + 1 - p.local_window) if p.local_window > 0 else 0
             for h in range(p.num_heads):
-                logits = keys[: pos + 1, h // group] @ q[i, h] / np.sqrt(d)
+                logits = keys[first:last, h // group] @ q[i, h] / np.sqrt(d)
                 weights = np.exp(logits - logits.max())
                 weights /= weights.sum()
-                output[start + i, h * d : (h + 1) * d] = weights @ values[: pos + 1, h // group]
+                output[start + i, h * d : (h + 1) * d] = weights @ values[first:last, h // group]
     return PagedOutputs(output=output, key_cache=key_cache, value_cache=value_cache)
 
 
