@@ -41,11 +41,14 @@ def git_out(upstream: Upstream, *args: str) -> str:
     return result.stdout.decode()
 
 
-def commit_edits(upstream: Upstream, edits: list[tuple[str, str, str]], message: str, parent: str) -> str:
-    """A commit on top of ``parent`` replacing ``old`` by ``new`` in each file."""
+def commit_edits(
+    upstream: Upstream, edits: list[tuple[str, str, str]], message: str, parent: str, *, touch_end: bool = True
+) -> str:
+    """A commit on top of ``parent`` replacing ``old`` by ``new`` in each file; ``touch_end`` also adds
+    a line at the end of each file (so that two edits of one file never apply as the same change)."""
     files: dict[str, str | None] = {}
     for path, old, new in edits:
-        text = files.get(path) or upstream.file_at(parent, path).decode() + "\n"
+        text = files.get(path) or upstream.file_at(parent, path).decode() + ("\n" if touch_end else "")
         assert old in text, f"{old!r} not in {path}"
         files[path] = text.replace(old, new, 1)
     return upstream.add_commit(files, message, parent=parent)

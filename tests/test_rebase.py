@@ -24,7 +24,7 @@ from ortstack import config
 from ortstack.errors import PatchError, UsageError
 from ortstack.lockfile import Lock
 from ortstack.patches import patchfile, prepare
-from series_kit import MATMUL, PAGED, Project, format_patch
+from series_kit import MATMUL, PAGED, Project, commit_edits, format_patch
 from upstream import GIT_ENV_FIXED
 
 if TYPE_CHECKING:
@@ -71,16 +71,6 @@ class Pins:
     """A git checkout of ``new`` with its history (``--source-dir``)."""
 
 
-def edit(upstream: Upstream, edits: list[tuple[str, str, str]], message: str, parent: str) -> str:
-    """A commit on top of ``parent`` replacing ``old`` by ``new`` in each file, and nothing else."""
-    files: dict[str, str | None] = {}
-    for path, old, new in edits:
-        text = files.get(path) or upstream.file_at(parent, path).decode()
-        assert old in text, f"{old!r} not in {path}"
-        files[path] = text.replace(old, new, 1)
-    return upstream.add_commit(files, message, parent=parent)
-
-
 def git(*args: str, cwd: Path) -> str:
     env = {**os.environ, **GIT_ENV_FIXED}
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
@@ -88,8 +78,8 @@ def git(*args: str, cwd: Path) -> str:
 
 @pytest.fixture
 def pins(upstream: Upstream, tmp_path: Path) -> Pins:
-    upstreamed_in = edit(upstream, [EMPTY], "Accept an empty weight upstream", upstream.commit)
-    new = edit(upstream, UPSTREAM_MOVES, "Move code under the series", upstreamed_in)
+    upstreamed_in = commit_edits(upstream, [EMPTY], "Accept an empty weight upstream", upstream.commit, touch_end=False)
+    new = commit_edits(upstream, UPSTREAM_MOVES, "Move code under the series", upstreamed_in, touch_end=False)
     checkout = tmp_path / "onnxruntime"
     git("clone", "--quiet", "--shared", "--no-checkout", str(upstream.work), str(checkout), cwd=tmp_path)
     git("checkout", "--quiet", new, cwd=checkout)
@@ -97,7 +87,7 @@ def pins(upstream: Upstream, tmp_path: Path) -> Pins:
 
 
 def patch_of(upstream: Upstream, edits: list[tuple[str, str, str]], subject: str) -> str:
-    return format_patch(upstream, edit(upstream, edits, subject, upstream.commit))
+    return format_patch(upstream, commit_edits(upstream, edits, subject, upstream.commit, touch_end=False))
 
 
 def write_series(upstream: Upstream, project: Project, *, conflict: bool = True) -> config.Stack:
