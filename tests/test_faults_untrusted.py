@@ -394,9 +394,10 @@ def test_a_stack_path_that_is_a_loop_of_links(run_ortstack: RunOrtstack, tmp_pat
 
 
 @fault("wheel-path-symlink-loop")
-def test_a_wheel_path_that_is_a_loop_of_links(run_ortstack: RunOrtstack, tmp_path: Path) -> None:
+@pytest.mark.parametrize("verb", [("inspect",), ("test", "--preflight", "--wheel"), ("bench", "--wheel")])
+def test_a_wheel_path_that_is_a_loop_of_links(run_ortstack: RunOrtstack, tmp_path: Path, verb: tuple[str, ...]) -> None:
     loop = link_loop(tmp_path, "onnxruntime-1.0-py3-none-any.whl")
-    line = one_error(run_ortstack("inspect", loop), 2)
+    line = one_error(run_ortstack(*verb, loop, "--cache-dir", tmp_path / "cache"), 2)
     assert line == f"ortstack: error: {loop} cannot be followed: a loop of links, not a wheel"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import log
+from ortstack import log, wheelfile
 from ortstack.commands import add_install_options, install_args
 from ortstack.errors import UsageError
 from ortstack.suites import preflight, suites
@@ -72,7 +72,7 @@ def _check_pytest_args(pytest_args: list[str]) -> None:
 def main(args: argparse.Namespace, config: Settings) -> int:
     _check_pytest_args(args.pytest_args)
     pip_args = install_args(args)
-    wheels = [w.resolve() for w in args.wheel] or suites.newest_wheels(config.dist_dir)
+    wheels = [wheelfile.check(w).path for w in args.wheel] or suites.newest_wheels(config.dist_dir)
     if args.preflight:
         sets = suites.plan(wheels, args.ep)
         suites.check_lanes_can_run(sets, config.env)
