@@ -101,6 +101,7 @@ FAULTS: dict[str, str] = {
     "config-all-problems": "five problems in one file: all reported, in line order, each with a tip",
     # Untrusted values, inputs that cost without bound (test_faults_untrusted.py).
     "lock-digest-path": "a lock whose archive digest is ../../NAME: refused as not a sha256, the file outside kept",
+    "lock-version-path": "a lock whose VERSION_NUMBER value is a path: refused as not a version",
     "lock-not-utf8": "a stack.lock that is not UTF-8",
     "lock-nested-deep": "a stack.lock of 50,000 nested arrays",
     "lock-is-folder": "a stack.lock that is a folder",

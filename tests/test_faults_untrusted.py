@@ -73,6 +73,19 @@ def test_a_lock_digest_that_is_a_path_deletes_nothing(
     assert clean_server.requests() == 0
 
 
+@fault("lock-version-path")
+def test_a_locked_version_that_is_a_path_is_refused(
+    run_ortstack: RunOrtstack, upstream: Upstream, tmp_path: Path
+) -> None:
+    stack = archive_stack(tmp_path, upstream, url=upstream.archive_url, commit="d" * 40)
+    key = f"VERSION_NUMBER of {'d' * 40}"
+    stack.with_suffix(".lock").write_text(f'[resolved]\n"{key}" = "../../1.31.0"\n')
+
+    line = fetch(run_ortstack, stack, tmp_path / "cache")
+    lock = stack.with_suffix(".lock")
+    assert line == f"ortstack: error: {lock}: {key!r} must be a version such as 1.30.0, got '../../1.31.0'"
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

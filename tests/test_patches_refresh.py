@@ -228,8 +228,8 @@ def test_build_vendors_missing_patch_once_and_locked_refuses(
         lock.resolve("patch.empty-weights.sha256", "f" * 64, what="a changed digest")
 
 
-def test_recording_pins_edits_the_default_stack_minimally(tmp_path: Path) -> None:
-    original = (Path(__file__).parents[1] / "stack.toml").read_text()
+def test_recording_pins_edits_the_pull_request_stack_minimally(tmp_path: Path) -> None:
+    original = (Path(__file__).parents[1] / "stacks" / "pr-06f88ea6" / "stack.toml").read_text()
     copy = tmp_path / "stack.toml"
     copy.write_text(original)
     pins = {"matmulnbits-qlora": {"sha256": "a" * 64, "head": "507021fd21" + "0" * 30}}

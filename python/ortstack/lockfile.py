@@ -8,6 +8,7 @@ resolved: a missing value is an error, so CI builds exactly what a developer loc
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import tomllib
 from dataclasses import dataclass, field
@@ -97,10 +98,20 @@ def _too_deep(path: Path, bounds: Bounds, tip: str) -> ConfigError:
     return ConfigError(msg, tip=tip)
 
 
+VERSION_KEY_PREFIX = "VERSION_NUMBER of "
+"""``VERSION_NUMBER of <commit>``: the version a tree naming no commit was taken as, on first use."""
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
+
+
 def _check_value(path: Path, key: str, value: str, tip: str) -> None:
-    """A lock holds digests and commit ids only: anything else (a path, ``..``) is refused before use."""
-    head = key.startswith("patch.") and key.endswith(".head")
-    shape, what = (HEX40, "a 40-hex commit id") if head else (HEX64, "a 64-hex sha256")
+    """A lock holds digests, commit ids and versions only: anything else (a path, ``..``) is refused
+    before use."""
+    if key.startswith("patch.") and key.endswith(".head"):
+        shape, what = HEX40, "a 40-hex commit id"
+    elif key.startswith(VERSION_KEY_PREFIX):
+        shape, what = _VERSION, "a version such as 1.30.0"
+    else:
+        shape, what = HEX64, "a 64-hex sha256"
     if not shape.fullmatch(value):
         msg = f"{path}: {key!r} must be {what}, got {value[:80]!r}"
         raise ConfigError(msg, tip=tip)

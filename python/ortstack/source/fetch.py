@@ -25,7 +25,7 @@ from ortstack import _run, diskspace, log
 from ortstack.bounds import Bounds, size_limit
 from ortstack.cache import Cache, remove_tree, tree_size
 from ortstack.errors import ChecksumError, ConfigError, FetchError
-from ortstack.lockfile import Lock, write_atomic
+from ortstack.lockfile import VERSION_KEY_PREFIX, Lock, write_atomic
 from ortstack.source import archive, download
 
 if TYPE_CHECKING:
@@ -443,7 +443,7 @@ def _use_extracted_archive(path: Path, pin: OrtPin, cache: Cache, lock: Lock, *,
 
 
 def version_lock_key(commit: str) -> str:
-    return f"VERSION_NUMBER of {commit}"
+    return f"{VERSION_KEY_PREFIX}{commit}"
 
 
 def check_version(tree: Path, pin: OrtPin, origin: str, *, lock: Lock, earlier: Path | None) -> None:
