@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,12 @@ if TYPE_CHECKING:
     from clirun import RunOrtstack
 
 PYTHON_SRC = Path(__file__).parents[1] / "python"
+
+# A process started in the background by a non-interactive shell (a CI runner's, `cmd &`) has SIGINT
+# ignored, and its children inherit that: the interrupt tests' ortstack processes would then never
+# see Ctrl-C. Python's own handler here makes each child start with the default disposition again.
+if hasattr(signal, "SIGINT") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # The modules that take longest (pytest --durations on 2 cores), started first: with one module per
 # pytest-xdist worker (`--dist loadfile`), a long one left for the end would run alone.
 LONGEST_FIRST = (
