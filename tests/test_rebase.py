@@ -169,6 +169,8 @@ def test_every_outcome_then_continue_writes_a_stack_that_applies(
     assert not into.exists()  # nothing written while the rebase is unfinished
     assert {p.name: p.read_bytes() for p in (project.root / "patches").iterdir()} == before
     tree = tmp_path / "work" / "rebase"
+    state = json.loads((tree / ".git" / "ortstack-rebase.json").read_text(encoding="utf-8"))
+    assert (state["stopped"], state["stopped_seconds"] > 0) == ("version-doc", True)  # the tried merge's time
     conflicted = (tree / C_API).read_text(encoding="utf-8")
     assert "<<<<<<<" in conflicted
     assert ">>>>>>>" in conflicted

@@ -87,6 +87,8 @@ class Rebase:
     stopped: str = ""
     """The id of the patch that stopped on a conflict; empty while none has."""
     stopped_before: str = ""
+    stopped_seconds: float = 0.0
+    """How long the patch that stopped took to try: its time in the report, once it is through."""
 
 
 def tree_path(work_dir: Path) -> Path:
@@ -237,11 +239,18 @@ def resume(
         if not state.stopped:
             msg = "no patch is waiting for a resolution"
             raise UsageError(msg, tip=f"run `ortstack rebase --onto {state.onto}` to go on with the rebase")
-        stopped, before = state.stopped, state.stopped_before
+        stopped, before, seconds = state.stopped, state.stopped_before, state.stopped_seconds
         if action == "skip":
             _reset_to(tree, before, env)
             state.carried.append(
-                Carried(id=stopped, state="dropped", before=before, detail="skipped on a conflict", kept=False)
+                Carried(
+                    id=stopped,
+                    state="dropped",
+                    before=before,
+                    detail="skipped on a conflict",
+                    kept=False,
+                    seconds=seconds,
+                )
             )
         else:
             unmerged = _git.out(["diff", "--name-only", "--diff-filter=U"], cwd=tree, env=env).split()
@@ -254,14 +263,20 @@ def resume(
             head = _git.out(["rev-parse", "HEAD"], cwd=tree, env=env)
             if head == before:  # resolved to no change: the base already does what the patch did
                 patch = next(v for v in verified if v.entry.id == stopped)
-                state.carried.append(_upstreamed(state, patch, tree, env, how="resolved to no change"))
+                upstreamed = _upstreamed(state, patch, tree, env, how="resolved to no change")
+                state.carried.append(replace(upstreamed, seconds=seconds))
             else:
                 state.carried.append(
                     Carried(
-                        id=stopped, state="resolved", commit=head, before=before, detail="conflict resolved by hand"
+                        id=stopped,
+                        state="resolved",
+                        commit=head,
+                        before=before,
+                        detail="conflict resolved by hand",
+                        seconds=seconds,
                     )
                 )
-        state.stopped = state.stopped_before = ""
+        state.stopped, state.stopped_before, state.stopped_seconds = "", "", 0.0
         _save(state, tree)
         return _carry_rest(state, stack, verified, tree, env)
 
@@ -333,7 +348,13 @@ def _carry_rest(
                 id=entry.id, state="in-base", detail=f"guard fails: {reason}" if reason else "guard holds"
             )
         else:
-            carried = _carry_one(state, by_id[entry.id], before=before, tree=tree, env=env)
+            try:
+                carried = _carry_one(state, by_id[entry.id], before=before, tree=tree, env=env)
+            except PatchError:
+                if state.stopped == entry.id:
+                    state.stopped_seconds = round(time.perf_counter() - started, 3)
+                    _save(state, tree)
+                raise
         state.carried.append(replace(carried, seconds=round(time.perf_counter() - started, 3)))
         _save(state, tree)
         log.info(f"{entry.id}: {carried.state}{f' ({carried.detail})' if carried.detail else ''}")
