@@ -22,7 +22,6 @@ run that was interrupted or killed resumes where it stopped when the same comman
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -116,9 +115,8 @@ def _save(state: Rebase, tree: Path) -> None:
 
 
 def series_digest(stack: Stack, verified: list[series.Verified]) -> str:
-    digests = {v.entry.id: v.sha256 for v in verified}
-    payload = [[e.id, e.mode, digests.get(e.id, "")] for e in stack.patches]
-    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()
+    """The prepared tree's fingerprint of the whole series (every platform's entries, as carried)."""
+    return prepare.fingerprint(stack, {v.entry.id: v.sha256 for v in verified}, platform="all")
 
 
 # --------------------------------------------------------------------------------------------------
