@@ -84,8 +84,8 @@ def _old_pin(stack: config.Stack, settings: Settings, source_dir: Path | None) -
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    stack = config.load(settings.stack_file)
-    lock = Lock.load(settings.lock_file, locked=settings.locked)
+    stack = config.load(settings.stack_file, settings.bounds)
+    lock = Lock.load(settings.lock_file, locked=settings.locked, bounds=settings.bounds)
     tree = rebase.tree_path(settings.work_dir)
     if args.abort:
         state = rebase.abort(settings.work_dir)
@@ -101,10 +101,9 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(msg, tip="run `ortstack rebase --onto COMMIT`, or --continue / --skip / --abort")
         onto = _full_commit(args.onto, args.source_dir, settings)
         pin = stack.ort
-        moved = replace(pin, commit=onto, archive_url=rebase.moved_archive_url(pin.archive_url, pin.commit, onto))
-        source = fetch.ensure_source(
-            replace(stack, ort=replace(moved, archive_sha256="")), settings, source_dir=args.source_dir
-        )
+        archive_url = rebase.moved_archive_url(pin.archive_url, pin.commit, onto)
+        new_pin = replace(pin, commit=onto, archive_url=archive_url, archive_sha256="")
+        source = fetch.ensure_source(replace(stack, ort=new_pin), settings, source_dir=args.source_dir)
         state = rebase.start(
             stack,
             lock,

@@ -81,7 +81,7 @@ def ensure_source(
     pin = stack.ort
     if source_dir is not None:
         if _is_extracted_archive(source_dir, settings.env):
-            lock = Lock.load(settings.lock_file, locked=settings.locked)
+            lock = Lock.load(settings.lock_file, locked=settings.locked, bounds=settings.bounds)
             local = _use_extracted_archive(source_dir, pin, cache_for(settings), lock, start=start)
         else:
             local = _use_local(source_dir, pin.commit, settings.env, start)
