@@ -105,7 +105,8 @@ def ep_status(ep: eps.EpKind) -> EpStatus:
     probe = device_probe(ep)
     if probe.outcome != "ok":
         return EpStatus(ep=ep, runnable=False, reason=f"no usable device ({probe.describe()})")
-    return EpStatus(ep=ep, runnable=True, reason="device answered a probe session")
+    answered = "device answered a probe session"
+    return EpStatus(ep=ep, runnable=True, reason=f"{answered} ({probe.detail})" if probe.detail else answered)
 
 
 @cache

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
@@ -83,7 +85,26 @@ def _device(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
     session = eps.make_session(model.SerializeToString(), cast("eps.EpKind", ep))
     x = np.arange(4, dtype=np.float32)
     (y,) = session.run(None, {"x": x})
-    return ("ok", "") if np.array_equal(y, 2 * x) else ("mismatch", f"{y} != {2 * x}")
+    if not np.array_equal(y, 2 * x):
+        return "mismatch", f"{y} != {2 * x}"
+    drivers = vulkan_drivers_loaded()
+    if len(drivers) > 1:  # the loader maps every installed driver: which one served is not known
+        return "ok", f"Vulkan drivers mapped: {', '.join(drivers)}"
+    return "ok", f"Vulkan driver {drivers[0]}" if drivers else ""
+
+
+# Vulkan drivers by the library the loader maps: Mesa's are libvulkan_<name>.so, NVIDIA's is its GLX
+# library. A lane on a machine with a GPU and lavapipe says which of them answered.
+_VULKAN_DRIVER_LIBRARIES = (re.compile(r"libvulkan_\w+\.so"), re.compile(r"libGLX_nvidia\.so"))
+
+
+def vulkan_drivers_loaded() -> list[str]:
+    """The Vulkan driver libraries this process has mapped (Linux only; elsewhere none are named)."""
+    maps = Path("/proc/self/maps")
+    if not sys.platform.startswith("linux") or not maps.is_file():
+        return []
+    names = {Path(line.split()[-1]).name for line in maps.read_text().splitlines() if "/" in line}
+    return sorted(n for n in names if any(p.match(n) for p in _VULKAN_DRIVER_LIBRARIES))
 
 
 def _empty_weight(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
