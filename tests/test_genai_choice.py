@@ -23,12 +23,15 @@ from typing import TYPE_CHECKING
 import pytest
 from packaging.version import Version
 
-from ortstack.errors import SuiteError
-from ortstack.suites import genai_choice, venv
+from ortstack.errors import SuiteError, UsageError
+from ortstack.suites import bench, genai_choice, suites
+from wheel_bench import report
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from clirun import RunOrtstack
 
 # (genai version, the onnxruntime its metadata requires), as the published releases pair them.
 GENAI_RELEASES = (
@@ -71,7 +74,9 @@ def house(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("house")
     for version, needs in GENAI_RELEASES:
         make_wheel(folder, "onnxruntime-genai", version, ("numpy>=1.21.6", f"onnxruntime>={needs}"))
-    make_wheel(folder, "numpy", "2.1.0")
+    # What the suites' venvs add (SUITE_REQUIREMENTS), as empty stand-ins: only pip's choices are tested.
+    for name, version in (("numpy", "2.1.0"), ("onnx", "1.18.0"), ("pytest", "8.3.0")):
+        make_wheel(folder, name, version)
     make_wheel(folder, "onnxruntime", "1.31.1", ("numpy>=1.21.6",))
     make_wheel(folder, "onnxruntime-ep-webgpu", "0.4.0", ("onnxruntime>=1.24.4",))
     return folder
@@ -170,21 +175,18 @@ def test_the_onnxruntime_a_spec_installs(house: Path, tmp_path: Path, pip_env: d
 
 
 @pytest.mark.slow
-def test_genai_goes_in_without_pulling_a_second_onnxruntime(
+def test_the_genai_suites_venv_gets_genai_without_a_second_onnxruntime(
     house: Path, tmp_path: Path, pip_env: dict[str, str]
 ) -> None:
+    """A built-in WebGPU core, as ``ortstack test`` would host the genai suite on one: genai's
+    ``onnxruntime`` requirement names another distribution, so with its dependencies it would add one."""
     core = make_wheel(tmp_path, "onnxruntime-webgpu", LOCAL, ("numpy>=1.21.6",))
     pip_args = offline(house)
-    version = genai_choice.onnxruntime_version([str(core)], env=pip_env, pip_args=pip_args)
-    choice = genai_choice.choose([version], env=pip_env, pip_args=pip_args)
-    made = venv.ensure(
-        str(core),
-        cache_dir=tmp_path / "cache",
-        env=pip_env,
-        extras=choice.dependencies,
-        extras_no_deps=(choice.requirement,),
-        pip_args=pip_args,
-    )
+    genai_set = suites.WheelSet(label="genai on the core", requirements=(str(core),), eps=("cpu",), marker="genai")
+    chosen = suites.choose_genai(genai_set, pip_env, pip_args=pip_args)
+    assert chosen.genai is not None
+    assert chosen.label == "genai on the core with onnxruntime-genai 0.17.1"
+    made = suites.prepare_venv(chosen, tmp_path / "cache", pip_env, pip_args=pip_args)
     listing = subprocess.run(
         [made.python, "-m", "pip", "list", "--format=json"], env=pip_env, capture_output=True, text=True, check=True
     )
@@ -206,7 +208,7 @@ def test_genai_goes_in_without_pulling_a_second_onnxruntime(
         "-",
         *pip_args,
     ]
-    done = subprocess.run([*report, choice.requirement], env=pip_env, capture_output=True, text=True, check=True)
+    done = subprocess.run([*report, chosen.genai.requirement], env=pip_env, capture_output=True, text=True, check=True)
     assert [i["metadata"]["name"] for i in json.loads(done.stdout)["install"]] == ["onnxruntime"]
 
 
@@ -243,3 +245,60 @@ def test_the_choice_reads_an_http_index(index_url: str, pip_env: dict[str, str])
     choice = genai_choice.choose([Version(LOCAL)], env=pip_env, pip_args=(f"--index-url={index_url}",))
     assert choice.version == "0.17.1"
     assert choice.dependencies == ("numpy>=1.21.6",)
+
+
+def test_a_plugin_wheel_on_the_stock_core_gets_the_genai_of_that_core(
+    house: Path, tmp_path: Path, pip_env: dict[str, str]
+) -> None:
+    plugin = make_wheel(tmp_path, "onnxruntime-ep-webgpu", "0.5.0+stack.ab12", ("onnxruntime>=1.24.4",))
+    genai_set = suites.with_genai(suites.plan([plugin], ["cpu", "plugin"]))[-1]
+    assert genai_set.requirements == (suites.CPU_BASELINE, str(plugin))
+    chosen = suites.choose_genai(genai_set, pip_env, pip_args=offline(house))
+    assert chosen.genai is not None
+    assert chosen.genai.version == "0.18.0"  # the stock core is 1.31.1
+    assert "onnxruntime-genai" not in " ".join(chosen.extra_requirements)  # never pinned beside it
+
+
+def test_the_bench_gives_both_wheels_the_genai_both_meet_and_reports_it(
+    house: Path, tmp_path: Path, pip_env: dict[str, str]
+) -> None:
+    options = bench.BenchOptions(
+        wheels=("onnxruntime-webgpu==1.27.0", "onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0"),
+        out_dir=tmp_path / "out",
+        cache_dir=tmp_path / "cache",
+        pip_args=offline(house),
+    )
+    choice = bench.choose_genai(options, pip_env)
+    assert choice.version == "0.12.2"
+    assert "onnxruntime 1.27.0 and 1.31.1 meets" in choice.reason
+    assert bench.choose_genai(bench.replace(options, genai_version="0.15.2"), pip_env).version == "0.15.2"
+    document = {
+        "wheels": [{"id": "A", "label": options.wheels[0]}, {"id": "B", "label": options.wheels[1]}],
+        "runs": [],
+        "order": [],
+        "software_adapter": False,
+        "host": {"platform": "test"},
+        "options": {"warmups": 1, "requests": 1},
+        "command": [],
+        "genai": choice.record(),
+    }
+    document["summary"] = report.summarize(document)
+    assert f"- {choice.reason}\n" in report.markdown(document)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["test", "--genai-version", "0.17.1"], "--genai-version names the onnxruntime-genai of the genai suite"),
+        (["test", "--genai", "--genai-version", "latest"], "expected a version such as 0.17.1, got 'latest'"),
+        (["bench", "--genai-version", "0.17"], None),
+    ],
+)
+def test_the_genai_version_option(run_ortstack: RunOrtstack, args: list[str], expected: str | None) -> None:
+    done = run_ortstack(*args, "--help" if expected is None else "--ep=cpu")
+    if expected is None:
+        assert done.returncode == 0, done.stderr
+        assert "--genai-version VERSION" in done.stdout
+        return
+    assert done.returncode == UsageError.exit_code, done.stderr
+    assert expected in " ".join(done.stderr.split())
