@@ -89,6 +89,8 @@ def test_a_wheel_path_with_a_local_version_is_one_part(tmp_path: Path) -> None:
     assert venv.parse_wheel_spec(str(core)) == (str(core),)
     assert venv.parse_wheel_spec(f"{core}+{plugin}") == (str(core), str(plugin))
     assert venv.parse_wheel_spec(f"{core}+numpy==2.0") == (str(core), "numpy==2.0")
+    # A plugin wheel on the stock core, as `ortstack test` joins them: the wheel's path starts a new part.
+    assert venv.parse_wheel_spec(f"onnxruntime==1.31.1+{plugin}") == ("onnxruntime==1.31.1", str(plugin))
     assert (
         venv.spec_label(f"{core}+{plugin}")
         == f"onnxruntime-webgpu=={LOCAL_VERSION} + onnxruntime-ep-webgpu==0.5.0+stack.ab12"

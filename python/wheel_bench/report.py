@@ -195,6 +195,22 @@ def _fused(row: dict[str, Any]) -> str:
     return "-" if row["fused_nodes"] is None else str(row["fused_nodes"])
 
 
+def _software_lines(document: dict[str, Any]) -> list[str]:
+    """What each wheel ran, and which onnxruntime-genai (and why) the model level used."""
+    lines = []
+    for run in document["runs"]:
+        if run["round"] == 1:
+            env = run["environment"]
+            lines.append(
+                f"- {run['wheel']} ran onnxruntime {env['ort_version']} with EP {env['ep']} ({env['ep_kind']}"
+                + (f", plugin {env['plugin_version']}" if env.get("plugin_version") else "")
+                + f"), MatMulNBitsQLoRA schema: {'yes' if env['has_qlora_schema'] else 'no'}"
+            )
+    if document.get("genai"):  # absent from results written before genai was chosen per run
+        lines.append(f"- {document['genai']['reason']}")
+    return lines
+
+
 def markdown(document: dict[str, Any]) -> str:
     summary = document["summary"]
     labels = {w["id"]: w["label"] for w in document["wheels"]}
@@ -206,14 +222,7 @@ def markdown(document: dict[str, Any]) -> str:
             "",
         ]
     lines += [f"- {wid}: `{label}`" for wid, label in labels.items()]
-    for run in document["runs"]:
-        if run["round"] == 1:
-            env = run["environment"]
-            lines.append(
-                f"- {run['wheel']} ran onnxruntime {env['ort_version']} with EP {env['ep']} ({env['ep_kind']}"
-                + (f", plugin {env['plugin_version']}" if env.get("plugin_version") else "")
-                + f"), MatMulNBitsQLoRA schema: {'yes' if env['has_qlora_schema'] else 'no'}"
-            )
+    lines += _software_lines(document)
     host = document["host"]
     lines += [f"- host: {host['platform']}" + (f"; GPU: {', '.join(host['gpus'])}" if host.get("gpus") else "")]
     order = " ".join(f"{o['wheel']}{o['round']}" for o in document["order"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +46,17 @@ def hf_model() -> Path:
     return out
 
 
+def _builder() -> str:
+    """The installed genai, whose builder made a model: the genai suite's genai follows the wheel under test."""
+    return f"onnxruntime-genai-{version('onnxruntime-genai')}"
+
+
 def genai_model(precision: str, ep: str) -> Path:
-    """``python -m onnxruntime_genai.models.builder`` output for ``precision`` on ``ep``, made once."""
-    out = cache_root() / f"genai-{precision}-{ep}"
+    """``python -m onnxruntime_genai.models.builder`` output for ``precision`` on ``ep``, made once per genai."""
+    out = cache_root() / _builder() / f"genai-{precision}-{ep}"
     if (out / "ready").is_file():
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
     steps.run_builder(hf_model(), out, precision=precision, ep=ep, cache=cache_root() / "builder-cache")
     (out / "ready").write_text("ok\n")
     return out
@@ -62,7 +69,7 @@ def with_lora(precision: str, ep: str) -> Path:
     """The builder's model plus a LoRA branch on every o_proj: ``x @ A @ B`` added to its output, A
     and B graph inputs whose rank-1 zero defaults make the branch a no-op until an adapter overrides
     them (the builder itself can only bake LoRA weights in)."""
-    out = cache_root() / f"genai-{precision}-{ep}-lora"
+    out = cache_root() / _builder() / f"genai-{precision}-{ep}-lora"
     if (out / "ready").is_file():
         return out
     shutil.rmtree(out, ignore_errors=True)

@@ -5,13 +5,13 @@ Options that several verbs share in the same sense live here, so they read the s
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from packaging.version import InvalidVersion, Version
 
 from ortstack.errors import UsageError
-
-if TYPE_CHECKING:
-    import argparse
+from ortstack.suites import genai_choice
 
 
 def add_install_options(parser: argparse.ArgumentParser) -> None:
@@ -42,3 +42,22 @@ def install_args(args: argparse.Namespace) -> tuple[str, ...]:
         raise UsageError(msg, tip="add --find-links DIR holding the wheels the venvs need")
     links = [f"--find-links={folder.resolve()}" for folder in args.find_links]
     return (*(["--no-index"] if args.no_index else []), *links)
+
+
+def _genai_version(text: str) -> str:
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        msg = f"expected a version such as 0.17.1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def add_genai_version_option(parser: argparse.ArgumentParser) -> None:
+    """The user's onnxruntime-genai, instead of the one chosen from the wheel under test (``test``, ``bench``)."""
+    parser.add_argument(
+        genai_choice.OVERRIDE_OPTION,
+        type=_genai_version,
+        metavar="VERSION",
+        help="install this onnxruntime-genai (default: the newest whose onnxruntime requirement the wheel "
+        "under test meets, from the same package sources)",
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortstack import log
-from ortstack.commands import add_install_options, install_args
+from ortstack.commands import add_genai_version_option, add_install_options, install_args
 from ortstack.suites import bench
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     capture.add_argument("--no-capture", action="store_true", help="the same as --capture off")
     parser.add_argument("--genai-model", type=Path, help="a model made by wheel_bench.genai_model (skips the build)")
     parser.add_argument("--builder-python", type=Path, help="interpreter with torch/transformers for the model build")
+    add_genai_version_option(parser)
     parser.add_argument("--bandwidth-gbs", type=float, help="device bandwidth for the floor column")
     add_install_options(parser)
     parser.add_argument(
@@ -102,6 +103,7 @@ def main(args: argparse.Namespace, config: Settings) -> int:
         cache_dir=config.cache_dir,
         builder_python=args.builder_python,
         model_dir=args.genai_model.resolve() if args.genai_model else None,
+        genai_version=args.genai_version,
         pip_args=pip_args,
         system_site_packages=args.system_site_packages,
         bandwidth_gbs=args.bandwidth_gbs,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortstack import log, wheelfile
-from ortstack.commands import add_install_options, install_args
+from ortstack.commands import add_genai_version_option, add_install_options, install_args
 from ortstack.errors import UsageError
 from ortstack.suites import preflight, suites
 
@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run the onnxruntime-genai end-to-end suite (own venv with CPU torch and transformers)",
     )
+    add_genai_version_option(parser)
     add_install_options(parser)
     parser.add_argument(
         "--preflight",
@@ -71,6 +72,9 @@ def _check_pytest_args(pytest_args: list[str]) -> None:
 
 def main(args: argparse.Namespace, config: Settings) -> int:
     _check_pytest_args(args.pytest_args)
+    if args.genai_version and not args.genai:
+        msg = "--genai-version names the onnxruntime-genai of the genai suite, which runs with --genai"
+        raise UsageError(msg, tip="add --genai")
     pip_args = install_args(args)
     wheels = [wheelfile.check(w).path for w in args.wheel] or suites.newest_wheels(config.dist_dir)
     if args.preflight:
@@ -88,6 +92,7 @@ def main(args: argparse.Namespace, config: Settings) -> int:
         env=config.env,
         pytest_args=args.pytest_args,
         genai=args.genai,
+        genai_version=args.genai_version,
         pip_args=pip_args,
     )
     return 0

@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING, Any
 import wheel_bench
 from ortstack import _run, log
 from ortstack.errors import ConfigError, SuiteError, UsageError
-from ortstack.suites import packages, venv, vulkan
+from ortstack.suites import genai_choice, packages, venv, vulkan
 from wheel_bench import report
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Mapping
 
-GENAI_REQUIREMENT = "onnxruntime-genai==0.18.0"
 WORKER_EXTRAS = ("numpy", "onnx")
 BUILDER_REQUIREMENTS = ("torch", "transformers", "tokenizers", "onnx", "onnx_ir")
 OP_VARIANTS = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8", "lora_int8_raw")
@@ -62,6 +61,8 @@ class BenchOptions:
     """A model made by ``wheel_bench.genai_model``; built (and cached) when not given."""
     builder_python: Path | None = None
     """An interpreter that has the model builder's requirements; a venv is made when not given."""
+    genai_version: str | None = None
+    """The user's onnxruntime-genai; by default the newest whose onnxruntime requirement every wheel meets."""
     pip_args: tuple[str, ...] = ()
     system_site_packages: bool = False
     bandwidth_gbs: float | None = None
@@ -133,12 +134,24 @@ def _host() -> dict[str, Any]:
     return host
 
 
-def ensure_model(options: BenchOptions, env: Mapping[str, str]) -> Path:
-    """The genai model for this run: given, cached, or built now in a builder venv."""
+def choose_genai(options: BenchOptions, env: Mapping[str, str]) -> genai_choice.GenaiChoice:
+    """One onnxruntime-genai for every wheel, so that an A/B compares the runtimes and not two genai
+    versions: the newest whose onnxruntime requirement each wheel's onnxruntime meets."""
+    with log.step("choose onnxruntime-genai"):
+        versions = [
+            genai_choice.onnxruntime_version(venv.parse_wheel_spec(spec), env=env, pip_args=options.pip_args)
+            for spec in options.wheels
+        ]
+        return genai_choice.choose(versions, env=env, pip_args=options.pip_args, override=options.genai_version)
+
+
+def ensure_model(options: BenchOptions, env: Mapping[str, str], genai: genai_choice.GenaiChoice) -> Path:
+    """The genai model for this run: given, cached, or built now in a builder venv with ``genai``'s builder."""
     if options.model_dir is not None:
         return options.model_dir
     source = (Path(wheel_bench.__file__).resolve().parent / "genai_model.py").read_bytes()
-    key = hashlib.sha256(source + f"{options.model_shape}/{options.ep}".encode()).hexdigest()[:16]
+    recipe = f"{options.model_shape}/{options.ep}/{genai.version}"
+    key = hashlib.sha256(source + recipe.encode()).hexdigest()[:16]
     root = options.cache_dir / "genai-models" / key
     if (root / "model" / "manifest.json").is_file():
         log.info(f"reusing genai model {root}")
@@ -146,8 +159,9 @@ def ensure_model(options: BenchOptions, env: Mapping[str, str]) -> Path:
     if options.builder_python is not None:
         python = options.builder_python
     else:
+        # The builder's own venv, apart from the wheels: genai may bring the stock onnxruntime it requires.
         builder = venv.ensure(
-            GENAI_REQUIREMENT,
+            genai.requirement,
             cache_dir=options.cache_dir,
             env=env,
             extras=BUILDER_REQUIREMENTS,
@@ -219,20 +233,21 @@ def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
     options.out_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(options.out_dir / "shader-cache", ignore_errors=True)
     ids = ["A", "B"][: len(options.wheels)]
-    extras_no_deps = (GENAI_REQUIREMENT,) if "genai" in options.levels else ()
+    genai = choose_genai(options, env) if "genai" in options.levels else None
     venvs = [
         venv.ensure(
             spec,
             cache_dir=options.cache_dir,
             env=env,
-            extras=WORKER_EXTRAS,
-            extras_no_deps=extras_no_deps,
+            # genai without its dependencies: they would pull a second onnxruntime beside the wheel's.
+            extras=(*WORKER_EXTRAS, *(genai.dependencies if genai else ())),
+            extras_no_deps=(genai.requirement,) if genai else (),
             pip_args=options.pip_args,
             system_site_packages=options.system_site_packages,
         )
         for spec in options.wheels
     ]
-    model_dir = ensure_model(options, env) if "genai" in options.levels else None
+    model_dir = ensure_model(options, env, genai) if genai else None
     runs: list[dict[str, Any]] = []
     order = []
     work = options.out_dir / "raw"
@@ -272,6 +287,7 @@ def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
         "wheels": [
             {"id": i, "spec": spec, "label": venv.spec_label(spec)} for i, spec in zip(ids, options.wheels, strict=True)
         ],
+        "genai": genai.record() if genai else None,
         "order": order,
         "runs": runs,
     }

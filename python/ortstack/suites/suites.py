@@ -20,7 +20,7 @@ from xml.etree import ElementTree as ET
 
 from ortstack import _run, log, wheelfile
 from ortstack.errors import ConfigError, SuiteError, UsageError
-from ortstack.suites import outcomes, packages, venv, vulkan
+from ortstack.suites import genai_choice, outcomes, packages, venv, vulkan
 
 if TYPE_CHECKING:
     import os
@@ -37,8 +37,9 @@ WEBGPU_BASELINE = "onnxruntime-webgpu==1.27.0"
 PLUGIN_BASELINE = "onnxruntime-ep-webgpu==0.4.0"
 # What the suites themselves need next to the wheels under test.
 SUITE_REQUIREMENTS = ("numpy>=1.26", "onnx>=1.17", "pytest>=8")
-# The genai suite's own venv: torch (CPU) + transformers make the tiny model, genai's builder converts it.
-GENAI_REQUIREMENTS = ("torch==2.13.0", "transformers>=4.45", "tokenizers>=0.20", "onnxruntime-genai==0.18.0", "onnx-ir")
+# The genai suite's own venv: torch (CPU) + transformers make the tiny model, genai's builder converts it;
+# onnxruntime-genai itself is chosen from the set's onnxruntime (``genai_choice``).
+GENAI_REQUIREMENTS = ("torch==2.13.0", "transformers>=4.45", "tokenizers>=0.20", "onnx-ir")
 PYTEST_TIMEOUT_S = 3600
 RERUN_TIP = "the pytest output above names the failing tests; rerun one with: ortstack test -- -k NAME"
 
@@ -55,6 +56,8 @@ class WheelSet:
     marker: str = "not genai"
     """The pytest marker expression: the genai suite runs alone in its own venv."""
     extra_requirements: tuple[str, ...] = ()
+    genai: genai_choice.GenaiChoice | None = None
+    """The onnxruntime-genai chosen for the genai suite's set (installed without its dependencies)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,8 +192,8 @@ def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
 
 
 def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
-    """Add the genai end-to-end suite, in its own venv, beside the first set with an onnxruntime core
-    that genai accepts (the CPU ``onnxruntime`` one; genai needs onnxruntime >= 1.31)."""
+    """Add the genai end-to-end suite, in its own venv, beside the first set with the CPU ``onnxruntime``
+    core; which onnxruntime-genai it gets is chosen later, from that core (:func:`choose_genai`)."""
     for wheel_set in sets:
         if not any("onnxruntime-webgpu" in r or "onnxruntime_webgpu" in r for r in wheel_set.requirements):
             genai = dataclasses.replace(
@@ -200,16 +203,41 @@ def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
                 extra_requirements=GENAI_REQUIREMENTS,
             )
             return [*sets, genai]
-    msg = "no wheel set can host the genai suite (it needs the CPU onnxruntime core, >= 1.31)"
+    msg = "no wheel set can host the genai suite (it needs the CPU onnxruntime core)"
     raise UsageError(msg, tip="test a CPU onnxruntime wheel (plus the plugin EP wheel) with --genai")
+
+
+def choose_genai(
+    wheel_set: WheelSet, env: Mapping[str, str], *, pip_args: Sequence[str] = (), override: str | None = None
+) -> WheelSet:
+    """The genai suite's set with its onnxruntime-genai: the newest whose requirement the set's core meets
+    (the stock core's, for a plugin wheel on it), from the run's package sources; ``override`` wins."""
+    parts = venv.parse_wheel_spec("+".join(wheel_set.requirements))
+    with log.step(f"choose onnxruntime-genai for {wheel_set.label}"):
+        version = genai_choice.onnxruntime_version(parts, env=env, pip_args=pip_args)
+        choice = genai_choice.choose([version], env=env, pip_args=pip_args, override=override)
+    return dataclasses.replace(
+        wheel_set, genai=choice, label=f"{wheel_set.label} with onnxruntime-genai {choice.version}"
+    )
 
 
 def prepare_venv(
     wheel_set: WheelSet, cache_dir: Path, env: Mapping[str, str], *, pip_args: Sequence[str] = ()
 ) -> venv.Venv:
-    """A cached venv with the wheel set and what the suites need (``pip_args``: ``--no-index``, ``--find-links``)."""
-    extras = (*SUITE_REQUIREMENTS, *wheel_set.extra_requirements)
-    return venv.ensure("+".join(wheel_set.requirements), cache_dir=cache_dir, env=env, extras=extras, pip_args=pip_args)
+    """A cached venv with the wheel set and what the suites need (``pip_args``: ``--no-index``, ``--find-links``).
+
+    A set's onnxruntime-genai goes in without its dependencies (they would pull a second onnxruntime),
+    its other requirements with the rest."""
+    genai = wheel_set.genai
+    extras = (*SUITE_REQUIREMENTS, *wheel_set.extra_requirements, *(genai.dependencies if genai else ()))
+    return venv.ensure(
+        "+".join(wheel_set.requirements),
+        cache_dir=cache_dir,
+        env=env,
+        extras=extras,
+        extras_no_deps=(genai.requirement,) if genai else (),
+        pip_args=pip_args,
+    )
 
 
 def run_suite(
@@ -336,13 +364,17 @@ def run_all(
     env: Mapping[str, str],
     pytest_args: Sequence[str] = (),
     genai: bool = False,
+    genai_version: str | None = None,
     pip_args: Sequence[str] = (),
 ) -> list[SuiteResult]:
-    """Run every wheel set's suite; a failed test, a crash or a lane asked for that did not run fails."""
+    """Run every wheel set's suite; a failed test, a crash or a lane asked for that did not run fails.
+
+    ``genai_version`` names the onnxruntime-genai of the genai suite instead of the chosen one."""
     sets = plan(wheels, requested)
     if genai:
         sets = with_genai(sets)
     check_lanes_can_run(sets, env)
+    sets = [choose_genai(s, env, pip_args=pip_args, override=genai_version) if s.marker == "genai" else s for s in sets]
     if any(s.baseline for s in sets):
         log.loud(
             "No wheel under test: running the suites on the STOCK BASELINE wheels "

@@ -62,7 +62,10 @@ def _inside_wheel_name(before: str, rest: str) -> bool:
     """Whether the ``+`` between ``before`` and ``rest`` is the local-version ``+`` of one wheel file name."""
     if before.endswith(".whl") or ".whl" not in rest:
         return False
-    candidate = f"{before}+{rest[: rest.index('.whl') + len('.whl')]}"
+    tail = rest[: rest.index(".whl") + len(".whl")]
+    if "/" in tail or "\\" in tail:  # a path begins after the ``+``: a new part (a plugin wheel after a core)
+        return False
+    candidate = f"{before}+{tail}"
     try:
         parse_wheel_filename(PurePath(candidate).name)
     except InvalidWheelFilename:
