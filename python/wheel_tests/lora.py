@@ -13,7 +13,11 @@ from wheel_tests import models, reference
 if TYPE_CHECKING:
     from pathlib import Path
 
-K, N, RANK = 256, 128, 32
+# K = 1024 is 32 blocks of 32: the fused kernels split a row's blocks over 8 lanes (down projection)
+# or 8 threads per output (base), so each lane accumulates 4 blocks and an accumulator that is
+# overwritten instead of added to shows. N = 300 is no multiple of any of their output tiles (32, 128,
+# 256) or of 8, so every kernel has a partial last tile.
+K, N, RANK = 1024, 300, 32
 
 
 def spec(dtype: type[np.floating], form: models.AdapterForm, **kwargs: object) -> models.QloraSpec:
@@ -23,6 +27,12 @@ def spec(dtype: type[np.floating], form: models.AdapterForm, **kwargs: object) -
 def base_weight(dtype: type[np.floating], *, zero_points: bool = False) -> reference.QuantizedWeight:
     rng = np.random.default_rng(100)
     return reference.quantize(rng.standard_normal((K, N)), bits=4, zero_points=zero_points, dtype=dtype)
+
+
+def base_bias(dtype: type[np.floating]) -> reference.FloatArray:
+    """A bias of about the size of the outputs (sqrt(K)), so that a dropped or doubled bias shows."""
+    bias: reference.FloatArray = (np.random.default_rng(101).standard_normal(N) * np.sqrt(K)).astype(dtype)
+    return bias
 
 
 def adapter_weights(s: models.QloraSpec, seed: int) -> reference.LoraWeights:
