@@ -64,7 +64,7 @@ def run(session: ort.InferenceSession, x: np.ndarray, adapter: ort.LoraAdapter |
     return np.asarray(y)
 
 
-def activations(m: int, dtype: type[np.floating], batch: int | None = None) -> np.ndarray:
-    """X of shape (m, K), or (batch, m, K) for a batched model."""
+def activations(m: int, dtype: type[np.floating], batch: int | None = None, *, seed: int = 0) -> np.ndarray:
+    """X of shape (m, K), or (batch, m, K) for a batched model; another ``seed``, other values."""
     shape = (m, K) if batch is None else (batch, m, K)
-    return np.random.default_rng(m + 1).standard_normal(shape).astype(dtype)
+    return np.random.default_rng((m + 1, seed)).standard_normal(shape).astype(dtype)

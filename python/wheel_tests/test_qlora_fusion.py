@@ -13,7 +13,10 @@ Graph capture replays must follow adapter switches (in a child process: capture 
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,7 +24,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from wheel_tests import capabilities, eps, lora, models, reference
+from wheel_tests import capabilities, eps, lora, models, probes, reference
 from wheel_tests.capabilities import assert_refused
 from wheel_tests.probes import NO_DEVICE_VALUES, run_probe
 
@@ -234,29 +237,93 @@ def test_qlora_fusion(
         absent(not_fused)
 
 
-@pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-def test_capture_replay_follows_adapter_switch(
-    ep: eps.EpKind, dtype: str, m: int, absent: Callable[[str], NoReturn], not_checked: Callable[[str], NoReturn]
-) -> None:
-    """Buffers bound once, adapter inputs switched in place A, B, off, A: on WebGPU with graph capture on
-    (every run after the first a replay), on the CPU EP uncaptured. Each run equals an uncaptured session.
+# Pairwise over dtype, decode/prefill and the adapter defaults: zero-sized (off runs the base alone, so
+# off and on are different dispatches) or full-size zeros.
+CAPTURE_CASES = [
+    pytest.param("fp32", 1, "empty", id="fp32-decode-empty"),
+    pytest.param("fp16", 16, "empty", id="fp16-prefill-empty"),
+    pytest.param("fp32", 16, "zeros", id="fp32-prefill-zeros"),
+    pytest.param("fp16", 1, "zeros", id="fp16-decode-zeros"),
+]
 
-    A wheel whose Python API cannot place OrtValues on the device has no way to feed a replay; that,
-    is not checked; a capture refusal of a wheel without the fused operator is absent. Wrong numbers fail.
+
+@pytest.mark.parametrize(("dtype", "m", "defaults"), CAPTURE_CASES)
+def test_capture_replay_follows_adapter_switch(
+    ep: eps.EpKind,
+    dtype: str,
+    m: int,
+    *,
+    defaults: models.Defaults,
+    absent: Callable[[str], NoReturn],
+    not_checked: Callable[[str], NoReturn],
+) -> None:
+    """Buffers bound once; adapter off, on (A), another adapter (B), off, on again, X and the adapter inputs
+    changed in place (``probes.CAPTURE_STEPS``): on WebGPU with graph capture on, off and on are two
+    captured graphs (``gpu_graph_id``) and every run after the first of its graph must be a replay, as the
+    session's log says; on the CPU EP uncaptured, and no run a replay. Each run equals an uncaptured session
+    and the reference.
+
+    A wheel whose Python API cannot place OrtValues on the device has no way to feed a replay: not checked.
+    Empty defaults on a wheel without empty-weight MatMulNBits, and a capture refused or never replayed on a
+    wheel without the fused operator, are absent. Wrong numbers, or a replay where none was due, fail.
     """
     capture = ep != "cpu"
-    result = run_probe(
-        "qlora-capture", "--ep", ep, "--dtype", dtype, "--m", str(m), *(["--capture"] if capture else [])
-    )
-    assert result.outcome in {"ok", "error"}, result.describe()
+    args = ["--ep", ep, "--dtype", dtype, "--m", str(m)]
+    args += [*(["--capture"] if capture else []), *(["--empty"] if defaults == "empty" else [])]
+    result = run_probe("qlora-capture", *args)
     if result.outcome == "ok":
         return
+    if defaults == "empty" and capabilities.empty_weight_probe(ep).outcome != "ok":
+        assert result.outcome in {"error", "crash"}, result.describe()
+        absent(f"empty adapter defaults refused: {result.describe()}")
+    assert result.outcome == "error", result.describe()
     int8_absent = capabilities.absent_because(capabilities.matmul_nbits_probe(ep, 8, dtype))
     if int8_absent is not None:
         absent(f"no INT8 QLoRA pattern to capture: 8-bit MatMulNBits absent on {ep}: {int8_absent}")
     if result.detail.startswith(NO_DEVICE_VALUES):
         not_checked(f"capture replay: {result.detail}")
-    assert not (capture and capabilities.claimed("qlora")), result.describe()
+    has_operator = capabilities.claimed("qlora") or capabilities.has_qlora_schema()
+    assert not (capture and has_operator), result.describe()
     assert ep != "cpu", result.describe()
-    absent(f"graph capture refused: {result.detail}")
+    absent(f"graph capture refused or never replayed: {result.detail}")
+
+
+def test_replay_verdict_needs_every_due_replay() -> None:
+    """The capture probe's verdict: with capture, exactly the runs after the first of each graph (off, on)
+    replay; without, none does. A capture that never replayed, or replayed out of turn, is not a pass."""
+    due = probes.due_replays(capture=True)
+    assert due == [2, 4, 5, 6, 7]
+    assert probes.due_replays(capture=False) == []
+    assert probes.replay_verdict(due, capture=True, runs="r")[0] == "ok"
+    assert probes.replay_verdict([], capture=False, runs="r")[0] == "ok"
+    outcome, detail = probes.replay_verdict([], capture=True, runs="r")
+    assert (outcome, detail.startswith(probes.NO_REPLAY)) == ("error", True)
+    assert probes.replay_verdict(due[:-1], capture=True, runs="r")[0] == "mismatch"
+    assert probes.replay_verdict([3, *due], capture=True, runs="r")[0] == "mismatch"
+    assert probes.replay_verdict([2], capture=False, runs="r")[0] == "mismatch"
+
+
+def test_replay_log_is_read_from_file_descriptor_2(tmp_path: Path) -> None:
+    """onnxruntime's log sink writes to file descriptor 2, not to Python's sys.stderr: a line written there
+    during the run is seen, and only the runs that wrote one count."""
+    log = tmp_path / "session.log"
+    assert probes.replayed(log, partial(os.write, 2, f"I: {probes.REPLAY_LOG} WebGpu graph\n".encode()))
+    assert not probes.replayed(log, partial(os.write, 2, b"I: an ordinary run\n"))
+
+
+@pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
+def test_capture_steps_each_change_the_output(m: int) -> None:
+    """Every run of the capture probe changes X or the adapter so that the reference moves beyond the fp16
+    tolerance: a replay that left the previous run's output, or read a stale buffer, cannot pass."""
+    dtype = np.float16
+    spec = lora.spec(dtype, "int8")
+    base = lora.base_weight(dtype)
+    xs = [lora.activations(m, dtype), lora.activations(m, dtype, seed=2)]
+    weights = {"a": lora.adapter_weights(spec, seed=1), "b": lora.adapter_weights(spec, seed=2)}
+    outputs = [reference.qlora(xs[x], base, weights.get(name)) for name, x in probes.CAPTURE_STEPS]
+    for step, (previous, current) in enumerate(itertools.pairwise(outputs), start=2):
+        try:
+            reference.assert_close(current, previous, dtype=dtype)
+        except AssertionError:
+            continue
+        pytest.fail(f"run {step} {probes.CAPTURE_STEPS[step - 1]} expects the output of run {step - 1}")
