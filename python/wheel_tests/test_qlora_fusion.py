@@ -118,9 +118,10 @@ def _attribute(node: onnx.NodeProto, name: str) -> int | None:
     return next((int(onnx.helper.get_attribute_value(a)) for a in node.attribute if a.name == name), None)
 
 
-def _assert_fused(nodes: list[onnx.NodeProto], case: Case) -> None:
+def _assert_fused(nodes: list[onnx.NodeProto], case: Case, *, layout_attribute: bool) -> None:
     """The optimized graph holds one fused projection and nothing of the raw pattern, reading the stored
-    adapter inputs by name (still overridable) in the layout they are stored in, and the base's bias."""
+    adapter inputs by name (still overridable), the base's bias and zero points, and (where the schema has
+    ``lora_down_layout``) the layout the down adapter is stored in."""
     ops = [node.op_type for node in nodes]
     fused = [node for node in nodes if node.op_type == capabilities.QLORA_OP]
     assert len(fused) == 1, ops
@@ -134,7 +135,7 @@ def _assert_fused(nodes: list[onnx.NodeProto], case: Case) -> None:
         assert "base.bias" in inputs, inputs
     if case.base_zero_points:
         assert "base.zero_points" in inputs, inputs
-    if "lora_down_layout" in capabilities.schema_attributes(capabilities.QLORA_OP):
+    if layout_attribute:
         # Down has K / 32 blocks per rank, so its two layouts are different bytes; up (rank 32, one
         # block per output) is the same bytes either way.
         assert _attribute(node, "lora_down_layout") == (1 if case.layout == "transposed" else 0), node
@@ -210,7 +211,8 @@ def test_qlora_fusion(
         reason = "the CPU EP runs the raw pattern" if ep == "cpu" else f"no {capabilities.QLORA_OP} in this wheel"
         not_fused = f"not fused ({reason}): optimized graph {ops}"
     else:
-        _assert_fused(nodes, case)
+        layout_attribute = "lora_down_layout" in capabilities.schema_attributes(capabilities.QLORA_OP)
+        _assert_fused(nodes, case, layout_attribute=layout_attribute)
 
     # The unfused reference on the same wheel: every optimizer but the fusion.
     raw_dump = tmp_path / "raw.onnx"
@@ -327,3 +329,31 @@ def test_capture_steps_each_change_the_output(m: int) -> None:
         except AssertionError:
             continue
         pytest.fail(f"run {step} {probes.CAPTURE_STEPS[step - 1]} expects the output of run {step - 1}")
+
+
+def _fused_node(*, bias: bool, down_layout: int) -> onnx.NodeProto:
+    """A MatMulNBitsQLoRA node as the fusion writes it (the schema's input order)."""
+    inputs = ["X", "base.B", "base.scales", "", "", "base.bias" if bias else ""]
+    inputs += ["lora_down.B", "lora_down.scales", "lora_up.B", "lora_up.scales"]
+    return onnx.helper.make_node(
+        capabilities.QLORA_OP, inputs, ["Y"], domain="com.microsoft", rank=32, lora_down_layout=down_layout
+    )
+
+
+def test_fused_graph_check_catches_what_it_claims() -> None:
+    """The fused-graph assertions, which need a wheel with the operator, hold for the graph the fusion should
+    write and fail for a left-over Transpose, a wrong layout, a lost bias or a second projection."""
+    transposed = Case(m=1, base_bias=True, layout="transposed", opset=23)
+    good = [_fused_node(bias=True, down_layout=1)]
+    _assert_fused(good, transposed, layout_attribute=True)
+    _assert_fused([_fused_node(bias=False, down_layout=0)], Case(m=1), layout_attribute=True)
+    transpose = onnx.helper.make_node("Transpose", ["lora_down.B"], ["t"], perm=[1, 0, 2])
+    wrong: list[list[onnx.NodeProto]] = [
+        [transpose, *good],
+        [_fused_node(bias=True, down_layout=0)],
+        [_fused_node(bias=False, down_layout=1)],
+        [*good, _fused_node(bias=True, down_layout=1)],
+    ]
+    for nodes in wrong:
+        with pytest.raises(AssertionError):
+            _assert_fused(nodes, transposed, layout_attribute=True)
