@@ -357,3 +357,18 @@ def test_fused_graph_check_catches_what_it_claims() -> None:
     for nodes in wrong:
         with pytest.raises(AssertionError):
             _assert_fused(nodes, transposed, layout_attribute=True)
+
+
+def test_transposed_rows_use_each_transpose_version() -> None:
+    """The block-major rows' models carry Transpose-13 and the newer Transpose-23 and -24 (each opset a
+    since-version of its own), so a fusion that matches only older versions cannot pass them."""
+    cases = [param.values[1] for param in CASES]
+    opsets = {case.opset for case in cases if isinstance(case, Case) and case.layout == "transposed"}
+    assert {13, 23, 24} <= opsets
+    for opset in opsets:
+        spec = lora.spec(np.float32, "int8", layout="transposed", opset=opset)
+        model = onnx.load_from_string(models.qlora(spec, lora.base_weight(np.float32)))
+        versions = {o.domain: o.version for o in model.opset_import}
+        transposes = [node for node in model.graph.node if node.op_type == "Transpose"]
+        assert len(transposes) == 4
+        assert onnx.defs.get_schema("Transpose", versions[""]).since_version == opset
