@@ -13,7 +13,11 @@ from wheel_tests import models, reference
 if TYPE_CHECKING:
     from pathlib import Path
 
-K, N, RANK = 256, 128, 32
+# K = 1024 is 32 blocks of 32: the fused kernels split a row's blocks over 8 lanes (down projection)
+# or 8 threads per output (base), so each lane accumulates 4 blocks and an accumulator that is
+# overwritten instead of added to shows. N = 300 is no multiple of any of their output tiles (32, 128,
+# 256) or of 8, so every kernel has a partial last tile.
+K, N, RANK = 1024, 300, 32
 
 
 def spec(dtype: type[np.floating], form: models.AdapterForm, **kwargs: object) -> models.QloraSpec:
@@ -23,6 +27,12 @@ def spec(dtype: type[np.floating], form: models.AdapterForm, **kwargs: object) -
 def base_weight(dtype: type[np.floating], *, zero_points: bool = False) -> reference.QuantizedWeight:
     rng = np.random.default_rng(100)
     return reference.quantize(rng.standard_normal((K, N)), bits=4, zero_points=zero_points, dtype=dtype)
+
+
+def base_bias(dtype: type[np.floating]) -> reference.FloatArray:
+    """A bias of about the size of the outputs (sqrt(K)), so that a dropped or doubled bias shows."""
+    bias: reference.FloatArray = (np.random.default_rng(101).standard_normal(N) * np.sqrt(K)).astype(dtype)
+    return bias
 
 
 def adapter_weights(s: models.QloraSpec, seed: int) -> reference.LoraWeights:
@@ -54,7 +64,7 @@ def run(session: ort.InferenceSession, x: np.ndarray, adapter: ort.LoraAdapter |
     return np.asarray(y)
 
 
-def activations(m: int, dtype: type[np.floating], batch: int | None = None) -> np.ndarray:
-    """X of shape (m, K), or (batch, m, K) for a batched model."""
+def activations(m: int, dtype: type[np.floating], batch: int | None = None, *, seed: int = 0) -> np.ndarray:
+    """X of shape (m, K), or (batch, m, K) for a batched model; another ``seed``, other values."""
     shape = (m, K) if batch is None else (batch, m, K)
-    return np.random.default_rng(m + 1).standard_normal(shape).astype(dtype)
+    return np.random.default_rng((m + 1, seed)).standard_normal(shape).astype(dtype)

@@ -17,13 +17,17 @@ if TYPE_CHECKING:
     from wheel_tests.reference import FloatArray, LoraWeights, QuantizedWeight
 
 IR_VERSION = 10
-OPSETS = (helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1))
+ONNX_OPSET = 21
+OPSETS = (helper.make_opsetid("", ONNX_OPSET), helper.make_opsetid("com.microsoft", 1))
 ELEM_TYPE: dict[type[np.floating], int] = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
 
 AdapterForm = Literal["float", "int8"]
 """``float``: down/up as MatMul in the activation type. ``int8``: block-32 INT8 MatMulNBits."""
 Layout = Literal["original", "transposed"]
-"""``transposed``: float adapters stored offline-transposed, with a Transpose in front of each MatMul."""
+"""``transposed``: adapters stored offline-transposed, with a Transpose in front of each weight input.
+
+Float adapters: (r, K) and (N, r), perm [1, 0] in front of each MatMul. INT8 adapters: block-major
+(``reference.BlockMajor``), perm [1, 0, 2] in front of B and [1, 0] in front of the 2-D scales."""
 Defaults = Literal["zeros", "empty"]
 """Adapter defaults: zeros (rank 1 for float adapters, full size for INT8) or zero-sized (needs empty weights)."""
 
@@ -33,9 +37,12 @@ def _model(
     inputs: Sequence[onnx.ValueInfoProto],
     outputs: Sequence[onnx.ValueInfoProto],
     initializers: Sequence[onnx.TensorProto] = (),
+    *,
+    opset: int = ONNX_OPSET,
 ) -> bytes:
     graph = helper.make_graph(list(nodes), "wheel_tests", list(inputs), list(outputs), list(initializers))
-    model = helper.make_model(graph, opset_imports=list(OPSETS), ir_version=IR_VERSION)
+    opsets = [helper.make_opsetid("", opset), OPSETS[1]]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION)
     onnx.checker.check_model(model)
     return bytes(model.SerializeToString())
 
@@ -132,15 +139,25 @@ class QloraSpec:
     defaults: Defaults = "zeros"
     batched: bool = False
     """X of shape (batch, M, K) instead of (M, K)."""
+    opset: int = ONNX_OPSET
+    """The default-domain opset: which Transpose version a transposed layout uses (13, 21, 23, 24)."""
 
 
 def adapter_tensors(spec: QloraSpec, adapter: LoraWeights) -> dict[str, npt.NDArray[np.generic]]:
     """The graph inputs an adapter overrides, by name, in the model's storage layout."""
     if spec.form == "int8":
-        from wheel_tests.reference import QuantizedWeight  # noqa: PLC0415 - runtime use of a type import
+        from wheel_tests.reference import QuantizedWeight, block_major  # noqa: PLC0415 - runtime use of a type import
 
         assert isinstance(adapter.down, QuantizedWeight)
         assert isinstance(adapter.up, QuantizedWeight)
+        if spec.layout == "transposed":
+            stored_down, stored_up = block_major(adapter.down), block_major(adapter.up)
+            return {
+                "lora_down.B": stored_down.packed,
+                "lora_down.scales": stored_down.scales,
+                "lora_up.B": stored_up.packed,
+                "lora_up.scales": stored_up.scales,
+            }
         return {
             "lora_down.B": adapter.down.packed,
             "lora_down.scales": adapter.down.scales,
@@ -158,12 +175,21 @@ def default_adapter(spec: QloraSpec) -> dict[str, npt.NDArray[np.generic]]:
     rank = 0 if spec.defaults == "empty" else spec.rank
     if spec.form == "int8":
         # N and K are attributes of MatMulNBits, so a non-empty default is full-size: packed 128
-        # (the implicit zero point) with zero scales is exactly zero.
+        # (the implicit zero point) with zero scales is exactly zero. Empty: the N axis is zero-sized.
+        down_n, up_n = rank, spec.n if rank else 0
+        down_blocks, up_blocks = spec.k // 32, spec.rank // 32
+        if spec.layout == "transposed":
+            return {
+                "lora_down.B": np.full((down_blocks, down_n, 32), 128, np.uint8),
+                "lora_down.scales": np.zeros((down_blocks, down_n), spec.dtype),
+                "lora_up.B": np.full((up_blocks, up_n, 32), 128, np.uint8),
+                "lora_up.scales": np.zeros((up_blocks, up_n), spec.dtype),
+            }
         return {
-            "lora_down.B": np.full((rank, spec.k // 32, 32), 128, np.uint8),
-            "lora_down.scales": np.zeros(rank * spec.k // 32, spec.dtype),
-            "lora_up.B": np.full((spec.n if rank else 0, spec.rank // 32, 32), 128, np.uint8),
-            "lora_up.scales": np.zeros(spec.n * spec.rank // 32 if rank else 0, spec.dtype),
+            "lora_down.B": np.full((down_n, down_blocks, 32), 128, np.uint8),
+            "lora_down.scales": np.zeros(down_n * down_blocks, spec.dtype),
+            "lora_up.B": np.full((up_n, up_blocks, 32), 128, np.uint8),
+            "lora_up.scales": np.zeros(up_n * up_blocks, spec.dtype),
         }
     rank = min(rank, 1)  # a float default needs no more than rank 1 to be a zero update
     down = np.zeros((spec.k, rank), spec.dtype)
@@ -173,23 +199,44 @@ def default_adapter(spec: QloraSpec) -> dict[str, npt.NDArray[np.generic]]:
     return {"lora_down.weight": down, "lora_up.weight": up}
 
 
-def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
-    """The raw pattern the patched ORT fuses: Y = MatMulNBits_int4(X) + up(down(X)).
+def _transposed_inputs(names: Sequence[str], perms: Sequence[list[int]]) -> tuple[list[onnx.NodeProto], list[str]]:
+    """A private Transpose in front of each stored tensor: the nodes, and the names the consumers read."""
+    nodes = [
+        helper.make_node("Transpose", [name], [f"{name}.t"], name=f"{name}_transpose", perm=perm)
+        for name, perm in zip(names, perms, strict=True)
+    ]
+    return nodes, [f"{name}.t" for name in names]
+
+
+def qlora(spec: QloraSpec, base: QuantizedWeight, *, bias: FloatArray | None = None) -> bytes:
+    """The raw pattern the patched ORT fuses: Y = MatMulNBits_int4(X) (+ bias) + up(down(X)).
 
     Adapter weights are graph inputs with initializer defaults, so a LoraAdapter (or a feed)
     overrides them by name; the defaults make the adapter a no-op.
     """
     elem = ELEM_TYPE[spec.dtype]
     zero_points = "base.zero_points" if base.zero_points is not None else ""
-    nodes = [_nbits_node("base", "X", base, "base_out", zero_points=zero_points)]
+    nodes = [
+        _nbits_node(
+            "base", "X", base, "base_out", zero_points=zero_points, bias="base.bias" if bias is not None else ""
+        )
+    ]
     initializers = _nbits_initializers("base", base)
+    if bias is not None:
+        initializers.append(_tensor("base.bias", bias.astype(spec.dtype)))
     defaults = default_adapter(spec)
+    transposed = spec.layout == "transposed"
     if spec.form == "int8":
         # MatMulNBits requires N and K as attributes: the INT8 form is rank-32 by construction.
+        stored = ["lora_down.B", "lora_down.scales", "lora_up.B", "lora_up.scales"]
+        read = stored
+        if transposed:
+            transposes, read = _transposed_inputs(stored, [[1, 0, 2], [1, 0], [1, 0, 2], [1, 0]])
+            nodes += transposes
         nodes += [
             helper.make_node(
                 "MatMulNBits",
-                ["X", "lora_down.B", "lora_down.scales"],
+                ["X", read[0], read[1]],
                 ["lora_t"],
                 name="lora_down",
                 domain="com.microsoft",
@@ -200,7 +247,7 @@ def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
             ),
             helper.make_node(
                 "MatMulNBits",
-                ["lora_t", "lora_up.B", "lora_up.scales"],
+                ["lora_t", read[2], read[3]],
                 ["lora_out"],
                 name="lora_up",
                 domain="com.microsoft",
@@ -210,21 +257,27 @@ def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
                 block_size=32,
             ),
         ]
-        shapes: dict[str, list[str | int | None]] = {
-            "lora_down.B": [None, spec.k // 32, 32],
-            "lora_down.scales": [None],
-            "lora_up.B": [None, spec.rank // 32, 32],
-            "lora_up.scales": [None],
-        }
+        shapes: dict[str, list[str | int | None]] = (
+            {
+                "lora_down.B": [spec.k // 32, None, 32],
+                "lora_down.scales": [spec.k // 32, None],
+                "lora_up.B": [spec.rank // 32, None, 32],
+                "lora_up.scales": [spec.rank // 32, None],
+            }
+            if transposed
+            else {
+                "lora_down.B": [None, spec.k // 32, 32],
+                "lora_down.scales": [None],
+                "lora_up.B": [None, spec.rank // 32, 32],
+                "lora_up.scales": [None],
+            }
+        )
         types: dict[str, int] = {"lora_down.B": TensorProto.UINT8, "lora_up.B": TensorProto.UINT8}
     else:
         down, up = "lora_down.weight", "lora_up.weight"
-        if spec.layout == "transposed":
-            nodes += [
-                helper.make_node("Transpose", [down], ["lora_down.t"], name="lora_down_transpose", perm=[1, 0]),
-                helper.make_node("Transpose", [up], ["lora_up.t"], name="lora_up_transpose", perm=[1, 0]),
-            ]
-            down, up = "lora_down.t", "lora_up.t"
+        if transposed:
+            transposes, (down, up) = _transposed_inputs([down, up], [[1, 0], [1, 0]])
+            nodes += transposes
             shapes = {"lora_down.weight": ["rank", spec.k], "lora_up.weight": [spec.n, "rank"]}
         else:
             shapes = {"lora_down.weight": [spec.k, "rank"], "lora_up.weight": ["rank", spec.n]}
@@ -238,7 +291,8 @@ def qlora(spec: QloraSpec, base: QuantizedWeight) -> bytes:
     rows: list[str] = ["batch", "M"] if spec.batched else ["M"]
     inputs = [helper.make_tensor_value_info("X", elem, [*rows, spec.k])]
     inputs += [helper.make_tensor_value_info(name, types.get(name, elem), shape) for name, shape in shapes.items()]
-    return _model(nodes, inputs, [helper.make_tensor_value_info("Y", elem, [*rows, spec.n])], initializers)
+    outputs = [helper.make_tensor_value_info("Y", elem, [*rows, spec.n])]
+    return _model(nodes, inputs, outputs, initializers, opset=spec.opset)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 Outcome = Literal["ok", "error", "crash", "mismatch"]
 PROBE_TIMEOUT_S = 300
@@ -163,7 +166,6 @@ def _qlora_empty_defaults(ep: str, args: argparse.Namespace) -> tuple[Outcome, s
     """The INT8-adapter QLoRA pattern with zero-sized defaults: base-only without an adapter,
     base + adapter with one, in the same session."""
     import tempfile  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
 
     from wheel_tests import eps, lora, models, reference  # noqa: PLC0415
 
@@ -188,58 +190,132 @@ def _qlora_empty_defaults(ep: str, args: argparse.Namespace) -> tuple[Outcome, s
 
 NO_DEVICE_VALUES = "no device OrtValues"
 """How the capture probe starts its refusal when the wheel's Python API cannot bind device buffers."""
-CAPTURE_SWITCHES = ("a", "a", "b", "off", "a")
-"""Capture with adapter A, replay it, switch to B, to off (zeros), back to A."""
+NO_REPLAY = "no replay"
+"""How the capture probe starts its answer when graph capture was asked for but no run was a replay."""
+REPLAY_LOG = "Replaying the captured"
+"""What onnxruntime's session logs (severity INFO) when a run replays a captured graph instead of executing."""
+GRAPH_ID_KEY = "gpu_graph_id"
+"""The run option that names the captured graph a run records or replays (one per adapter state)."""
+CAPTURE_STEPS = (("off", 0), ("off", 1), ("a", 1), ("a", 0), ("b", 0), ("off", 0), ("b", 1))
+"""(adapter, activations) per run: off, then on, another adapter, off again and back on. The adapter
+inputs are bound only while an adapter is on, so off reads the defaults (zero-sized, or zeros) and on
+and off are two graphs (``gpu_graph_id``), each captured and then replayed (``replay_verdict``); each
+replay must follow X or the adapter changed in place in the buffers it was captured with."""
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Send file descriptor 2 (where onnxruntime's default log sink writes) to ``path`` for a while."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("ab") as sink:
+        os.dup2(sink.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def replayed(path: Path, run: Callable[[], object]) -> bool:
+    """Run ``run`` with the log going to ``path``: whether the session said it replayed a captured graph."""
+    before = path.read_text(errors="replace").count(REPLAY_LOG) if path.exists() else 0
+    with _stderr_to(path):
+        run()
+    return path.read_text(errors="replace").count(REPLAY_LOG) > before
 
 
 def _qlora_capture(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
     """The INT8 QLoRA pattern through buffers bound once (``run_with_iobinding``), adapter inputs switched
-    by ``update_inplace``: with ``--capture`` (WebGPU ``enableGraphCapture``) every run after the first is a
-    replay, which reads no feeds. Each run must equal an uncaptured session's output and the reference."""
+    by ``update_inplace`` (``CAPTURE_STEPS``): with ``--capture`` (WebGPU ``enableGraphCapture``) each adapter
+    state is a graph of its own (``gpu_graph_id``), which must be captured and replayed
+    (``replay_verdict``), as the session's log says. Each run must equal an uncaptured session's output and the
+    reference. ``--empty``: zero-sized adapter defaults, so off runs the base alone."""
+    import tempfile  # noqa: PLC0415
+
     import onnxruntime as ort  # noqa: PLC0415
 
     from wheel_tests import eps, lora, models, reference  # noqa: PLC0415
 
     dtype = np.float16 if args.dtype == "fp16" else np.float32
-    spec = lora.spec(dtype, "int8")  # zero defaults: every adapter has the same shapes, as a replay needs
+    spec = lora.spec(dtype, "int8", defaults="empty" if args.empty else "zeros")
     base = lora.base_weight(dtype)
     model = models.qlora(spec, base)
     options = eps.session_options(cast("eps.EpKind", ep))
     options.enable_mem_pattern = False  # a replay reuses the buffers of its capture
+    options.log_severity_level = 1  # INFO: the session says when it replays
     provider_options = {"enableGraphCapture": "1"} if args.capture else None
     session = eps.make_session(model, cast("eps.EpKind", ep), options=options, provider_options=provider_options)
     uncaptured = eps.make_session(model, cast("eps.EpKind", ep))
-    x = lora.activations(args.m, dtype)
-    weights = {"a": lora.adapter_weights(spec, seed=1), "b": lora.adapter_weights(spec, seed=2), "off": None}
-    adapters = {name: models.adapter_tensors(spec, w) for name, w in weights.items() if w is not None}
-    adapters["off"] = models.default_adapter(spec)
+    xs = [lora.activations(args.m, dtype), lora.activations(args.m, dtype, seed=2)]
+    weights = {"a": lora.adapter_weights(spec, seed=1), "b": lora.adapter_weights(spec, seed=2)}
+    adapters = {name: models.adapter_tensors(spec, w) for name, w in weights.items()}
     device = "cpu" if ep == "cpu" else "webgpu"
     try:
         # Copies: a CPU OrtValue wraps its array, and update_inplace writes into it.
         values = {name: ort.OrtValue.ortvalue_from_numpy(np.array(v), device, 0) for name, v in adapters["a"].items()}
-        values["X"] = ort.OrtValue.ortvalue_from_numpy(np.array(x), device, 0)
-        values["X"].update_inplace(x)
+        x_value = ort.OrtValue.ortvalue_from_numpy(np.array(xs[0]), device, 0)
+        x_value.update_inplace(xs[0])
         y = ort.OrtValue.ortvalue_from_shape_and_type((args.m, lora.N), dtype, device, 0)
     except Exception as exc:  # noqa: BLE001 - every refusal is a result to report
         return "error", f"{NO_DEVICE_VALUES} on {device}: {_first_line(exc)}"
-    binding = session.io_binding()
+    bindings = {"off": session.io_binding(), "on": session.io_binding()}
+    for binding in bindings.values():
+        binding.bind_ortvalue_input("X", x_value)
+        binding.bind_ortvalue_output("Y", y)
     for name, value in values.items():
-        binding.bind_ortvalue_input(name, value)
-    binding.bind_ortvalue_output("Y", y)
-    for step, name in enumerate(CAPTURE_SWITCHES, start=1):
-        for key, array in adapters[name].items():
-            # Older onnxruntime (1.23 and 1.25 here) copies update_inplace's buffer as if C-contiguous.
-            values[key].update_inplace(np.ascontiguousarray(array))
-        session.run_with_iobinding(binding)
-        got = np.asarray(binding.copy_outputs_to_cpu()[0])
-        (want,) = uncaptured.run(None, {"X": x, **adapters[name]})
-        try:
-            reference.assert_close(got, np.asarray(want).astype(np.float64), dtype=dtype)
-            reference.assert_close(got, reference.qlora(x, base, weights[name]), dtype=dtype)
-        except AssertionError as exc:
-            return "mismatch", f"run {step} (adapter {name}): {exc}"
-    runs = " -> ".join(CAPTURE_SWITCHES)
-    return "ok", f"{'captured, then replayed' if args.capture else 'uncaptured'}: {runs} followed every switch"
+        bindings["on"].bind_ortvalue_input(name, value)
+    run_options = {state: ort.RunOptions() for state in bindings}
+    for graph_id, state in enumerate(bindings, start=1):
+        run_options[state].add_run_config_entry(GRAPH_ID_KEY, str(graph_id))
+    replays: list[int] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "session.log"
+        for step, (name, x_index) in enumerate(CAPTURE_STEPS, start=1):
+            state = "off" if name == "off" else "on"
+            x_value.update_inplace(xs[x_index])
+            for key, array in adapters.get(name, {}).items():
+                # Older onnxruntime (1.23 and 1.25 here) copies update_inplace's buffer as if C-contiguous.
+                values[key].update_inplace(np.ascontiguousarray(array))
+            if replayed(log, partial(session.run_with_iobinding, bindings[state], run_options[state])):
+                replays.append(step)
+            got = np.asarray(bindings[state].copy_outputs_to_cpu()[0])
+            x = xs[x_index]
+            (want,) = uncaptured.run(None, {"X": x, **adapters.get(name, {})})
+            try:
+                reference.assert_close(got, np.asarray(want).astype(np.float64), dtype=dtype)
+                reference.assert_close(got, reference.qlora(x, base, weights.get(name)), dtype=dtype)
+            except AssertionError as exc:
+                return "mismatch", f"run {step} (adapter {name}, X {x_index}): {exc}"
+    runs = " -> ".join(f"{name}/X{x_index}" for name, x_index in CAPTURE_STEPS)
+    return replay_verdict(replays, capture=args.capture, runs=runs)
+
+
+def graph_runs() -> dict[str, list[int]]:
+    """The runs of ``CAPTURE_STEPS`` (from 1) of each captured graph: adapter off, and on."""
+    runs: dict[str, list[int]] = {"off": [], "on": []}
+    for step, (name, _) in enumerate(CAPTURE_STEPS, start=1):
+        runs["off" if name == "off" else "on"].append(step)
+    return runs
+
+
+def replay_verdict(replays: list[int], *, capture: bool, runs: str) -> tuple[Outcome, str]:
+    """With capture, each graph's first run records it and its last one replays it, and once it replayed
+    every later run of it does (an EP may run a graph uncaptured a few times first); without, none replays.
+    A capture that never replayed is an answer of its own."""
+    if not capture:
+        if replays:
+            return "mismatch", f"runs {replays} replayed a graph, with capture off ({runs})"
+        return "ok", f"uncaptured: {runs} followed every switch"
+    if not replays:
+        return "error", f"{NO_REPLAY}: graph capture on, but the session replayed none of {runs}"
+    for graph, steps in graph_runs().items():
+        replayed_steps = [step for step in steps if step in replays]
+        first = steps.index(replayed_steps[0]) if replayed_steps else len(steps)
+        if first == 0 or first == len(steps) or replayed_steps != steps[first:]:
+            return "mismatch", f"runs {replays} replayed; the {graph} graph's runs {steps} must end in replays"
+    return "ok", f"captured, then replayed runs {replays}: {runs} followed every switch"
 
 
 def _qk_norm(ep: str, _: argparse.Namespace) -> tuple[Outcome, str]:
@@ -267,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bias", action="store_true")
     parser.add_argument("--m", type=int, default=1)
     parser.add_argument("--capture", action="store_true", help="WebGPU graph capture on")
+    parser.add_argument("--empty", action="store_true", help="zero-sized adapter defaults")
     args = parser.parse_args(argv)
     try:
         outcome, detail = PROBES[args.probe](args.ep, args)

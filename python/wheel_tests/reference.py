@@ -108,6 +108,43 @@ def dequantize(w: QuantizedWeight) -> npt.NDArray[np.float64]:
     return ((q - zp[..., None]) * scales[..., None]).reshape(w.n, w.k).T
 
 
+@dataclass(frozen=True, kw_only=True)
+class BlockMajor:
+    """A quantized weight stored offline-transposed (``lora_*_layout = 1``): block index first."""
+
+    packed: npt.NDArray[np.uint8]
+    """(K / block, N, block * bits / 8): ``packed.transpose(1, 0, 2)`` is MatMulNBits' B."""
+    scales: FloatArray
+    """(K / block, N): its transpose is MatMulNBits' (N, K / block) scales."""
+
+
+def block_major(w: QuantizedWeight) -> BlockMajor:
+    """The offline-transposed storage of ``w`` (symmetric weights only: adapters have no zero points)."""
+    if w.zero_points is not None:
+        msg = "the block-major layout is defined for weights without zero points"
+        raise ValueError(msg)
+    return BlockMajor(
+        packed=np.ascontiguousarray(w.packed.transpose(1, 0, 2)),
+        scales=np.ascontiguousarray(w.scales.reshape(w.n, w.blocks).T),
+    )
+
+
+def dequantize_block_major(stored: BlockMajor, *, bits: int, block: int = BLOCK) -> npt.NDArray[np.float64]:
+    """The (K, N) weight that block-major storage stands for, read in that order.
+
+    Written apart from ``dequantize`` (block by block, in storage order) so that a test can check the
+    two layouts against each other instead of one transpose against itself.
+    """
+    blocks, n, _ = stored.packed.shape
+    scales = stored.scales.astype(np.float64)
+    weight = np.empty((blocks * block, n))
+    zero_point = 1 << (bits - 1)
+    for kb in range(blocks):
+        q = _unpack(stored.packed[kb], bits, block)  # (N, block): block kb of every column
+        weight[kb * block : (kb + 1) * block] = ((q - zero_point) * scales[kb][:, None]).T
+    return weight
+
+
 def matmul_nbits(a: FloatArray, w: QuantizedWeight, bias: FloatArray | None = None) -> npt.NDArray[np.float64]:
     y = a.astype(np.float64) @ dequantize(w)
     return y + bias.astype(np.float64) if bias is not None else y
@@ -125,9 +162,11 @@ def _as_float(w: FloatArray | QuantizedWeight) -> npt.NDArray[np.float64]:
     return dequantize(w) if isinstance(w, QuantizedWeight) else w.astype(np.float64)
 
 
-def qlora(a: FloatArray, base: QuantizedWeight, adapter: LoraWeights | None) -> npt.NDArray[np.float64]:
-    """Base INT4 projection plus the adapter's up(down(a)); None means no adapter."""
-    y = matmul_nbits(a, base)
+def qlora(
+    a: FloatArray, base: QuantizedWeight, adapter: LoraWeights | None, *, bias: FloatArray | None = None
+) -> npt.NDArray[np.float64]:
+    """Base INT4 projection (+ its bias) plus the adapter's up(down(a)); None means no adapter."""
+    y = matmul_nbits(a, base, bias)
     if adapter is None:
         return y
     x = a.astype(np.float64)
@@ -267,7 +306,15 @@ def paged_attention(p: PagedInputs) -> PagedOutputs:
 
 
 def assert_close(actual: npt.ArrayLike, expected: npt.NDArray[np.float64], *, dtype: type[np.floating]) -> None:
-    """Compare with the suite's tolerances: fp32 tight, fp16 relative to the largest reference value."""
+    """Compare with the suite's tolerances, relative to the largest reference value: 1e-5 for fp32, 1e-2 for fp16.
+
+    Why these hold for the projections here (K up to a few thousand, 32-value blocks): fp32 kernels
+    accumulate in f32, a rounding walk of about 2^-24 * sqrt(K) (< 1e-6 at K = 4096) of an output's
+    size. fp16 rounds the output and, in the raw pattern, its intermediates (2^-11 each), and kernels
+    that accumulate in fp16 do so per block and then over K / 32 partial sums, about
+    2^-11 * (sqrt(32) + sqrt(K / 32)) (0.6% at K = 1024). A lost K block is far outside either: one
+    block of 32 of K terms carries about sqrt(32 / K) of an output (18% at K = 1024).
+    """
     got = np.asarray(actual, dtype=np.float64)
     if got.shape != expected.shape:
         msg = f"shape {got.shape} != reference {expected.shape}"

@@ -24,6 +24,8 @@ CASES = [
     pytest.param("float", "transposed", np.float16, 1, id="float-transposed-fp16-decode"),
     pytest.param("int8", "original", np.float32, 1, id="int8-fp32-decode"),
     pytest.param("int8", "original", np.float16, 16, id="int8-fp16-prefill"),
+    pytest.param("int8", "transposed", np.float16, 1, id="int8-transposed-fp16-decode"),
+    pytest.param("int8", "transposed", np.float32, 16, id="int8-transposed-fp32-prefill"),
 ]
 DTYPES = [pytest.param(np.float32, id="fp32"), pytest.param(np.float16, id="fp16")]
 
@@ -88,3 +90,57 @@ def test_empty_adapter_defaults(
     else:
         assert result.outcome in {"error", "crash"}, result.describe()
         absent(f"empty adapter defaults refused: {result.describe()}")
+
+
+def _overwriting_matmul_nbits(a: reference.FloatArray, w: reference.QuantizedWeight, lanes: int) -> np.ndarray:
+    """A kernel that splits K blocks over ``lanes`` and writes each block's sum with ``=`` in place of ``+=``:
+    only the last block of each lane is left."""
+    kept = range(max(w.blocks - lanes, 0), w.blocks)
+    rows = np.concatenate([np.arange(kb * w.block, (kb + 1) * w.block) for kb in kept])
+    result: np.ndarray = a.astype(np.float64)[:, rows] @ reference.dequantize(w)[rows]
+    return result
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_overwritten_accumulation_shows_at_k_1024(dtype: type[np.floating]) -> None:
+    """Why K = 1024: with 8 lanes per output (the fused kernels' split), K = 256 gives each lane one block, so
+    an accumulator overwritten instead of added to computes the right numbers; at K = 1024 it is caught."""
+    rng = np.random.default_rng(5)
+    for k, caught in ((256, False), (lora.K, True)):
+        w = reference.quantize(rng.standard_normal((k, lora.N)), bits=4, zero_points=False, dtype=dtype)
+        a: reference.FloatArray = rng.standard_normal((4, k)).astype(dtype)
+        wrong = _overwriting_matmul_nbits(a, w, lanes=8)
+        if caught:
+            with pytest.raises(AssertionError, match="max abs error"):
+                reference.assert_close(wrong, reference.matmul_nbits(a, w), dtype=dtype)
+        else:
+            reference.assert_close(wrong, reference.matmul_nbits(a, w), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_block_major_reference(dtype: type[np.floating]) -> None:
+    """The block-major (offline-transposed) storage stands for the same weight as MatMulNBits order, read
+    block by block in its own order; the model's Transposes (perm [1, 0, 2] and [1, 0]) give MatMulNBits'
+    tensors back; and rank-32 up weights (one block per output) are the same bytes in both layouts."""
+    spec = lora.spec(dtype, "int8", layout="transposed")
+    weights = lora.adapter_weights(spec, seed=1)
+    stored = models.adapter_tensors(spec, weights)
+    for side, w in (("down", weights.down), ("up", weights.up)):
+        assert isinstance(w, reference.QuantizedWeight)
+        block_major = reference.BlockMajor(
+            packed=np.asarray(stored[f"lora_{side}.B"], np.uint8),
+            scales=np.asarray(stored[f"lora_{side}.scales"], dtype),
+        )
+        assert block_major.packed.shape == (w.blocks, w.n, 32)
+        np.testing.assert_array_equal(reference.dequantize_block_major(block_major, bits=8), reference.dequantize(w))
+        np.testing.assert_array_equal(block_major.packed.transpose(1, 0, 2), w.packed)
+        np.testing.assert_array_equal(block_major.scales.T.reshape(-1), w.scales)
+    up = weights.up
+    assert isinstance(up, reference.QuantizedWeight)
+    assert up.blocks == 1
+    assert stored["lora_up.B"].tobytes() == up.packed.tobytes()
+    assert stored["lora_up.scales"].tobytes() == up.scales.tobytes()
+    # Not vacuous: down has several blocks per rank, so its two layouts are different bytes.
+    down = weights.down
+    assert isinstance(down, reference.QuantizedWeight)
+    assert stored["lora_down.B"].tobytes() != down.packed.tobytes()
