@@ -42,7 +42,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         from wheel_tests import capabilities  # noqa: PLC0415 - build info, read only for this level
 
         claims_qk_norm = capabilities.claimed("qk_norm")
-        chain = paged.cases(
+        paged_cases = paged.cases(
             context=paged_plan["context"],
             prefill=paged_plan["prefill"],
             layers=paged_plan["layers"],
@@ -52,7 +52,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             head_size=paged_plan["head_size"],
         )
         cases += paged.measure(
-            setup, chain, warmups=plan["warmups"], requests=plan["requests"], claims_qk_norm=claims_qk_norm
+            setup, paged_cases, warmups=plan["warmups"], requests=plan["requests"], claims_qk_norm=claims_qk_norm
         )
     genai_plan = plan.get("genai")
     if genai_plan:
