@@ -229,7 +229,10 @@ def device_refusal(setup: EpSetup) -> str | None:
         value = ort.OrtValue.ortvalue_from_numpy(np.zeros(4, np.float16), device, 0)
     except Exception as exc:  # noqa: BLE001 - any refusal is the answer
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"this wheel cannot place OrtValues on the {device} device ({first}); uploading the caches every run"
+        return (
+            f"this wheel cannot place OrtValues on the {device} device ({first}); with the caches uploaded every "
+            "run, the time would be the upload's, not the kernel's"
+        )
     if value.device_name().lower() != device:
         return f"an OrtValue asked for on {device} landed on {value.device_name()}"
     return None

@@ -159,7 +159,7 @@ def paged_table(
     ratio of marginals to ``norm_off`` (and, for ``norm_unfused``, to ``norm``: what the fusion buys).
 
     Intervals are paired bootstraps over the requests, which ran every case of a phase interleaved.
-    A variant the wheel refused is a row with ``absent`` and no figures.
+    A variant the wheel refused is a row with no figures and ``not_measured``: ``absent: `` and the refusal.
     """
     out = []
     for wheel in (w["id"] for w in document["wheels"]):
@@ -168,9 +168,9 @@ def paged_table(
             case = by_layers[max(by_layers)]
             row: dict[str, Any] = {"wheel": wheel, "phase": phase, "variant": variant, "layers": case["layers"]}
             row |= {key: case[key] for key in ("new_tokens", "past", "num_heads", "kv_heads", "head_size")}
-            absent = next((c["error"] for c in by_layers.values() if "error" in c), None)
-            if absent is not None or (phase, variant) not in columns:
-                out.append(row | {"absent": absent or "no chain of 1 and L nodes to take a marginal from"})
+            error = next((c["error"] for c in by_layers.values() if "error" in c), None)
+            if error is not None or (phase, variant) not in columns:
+                out.append(row | {"not_measured": error or "no chains of 1 and L nodes to take a marginal from"})
                 continue
             long, one, layers = columns[(phase, variant)]
             row |= _marginal_figures(long, one, layers)
@@ -436,8 +436,8 @@ def _paged_section(document: dict[str, Any]) -> list[str]:
             f"| {r['wheel']} | {r['phase']} | {r['num_heads']}/{r['kv_heads']}x{r['head_size']} | {r['past']} | "
             f"{r['new_tokens']} | {r['variant']} | {r['layers']} |"
         )
-        if "absent" in r:
-            lines.append(f"{head} {r['absent']} | | | | | |")
+        if "not_measured" in r:  # "absent: " and the wheel's refusal, or why the wheel could not be measured
+            lines.append(f"{head} {r['not_measured']} | | | | | |")
             continue
         note = "" if r["cache_in_place"] else " (caches not appended in place)"
         lines.append(
