@@ -247,7 +247,12 @@ def test_the_orchestrator_offers_the_paged_variants_and_levels_the_worker_builds
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--levels", "ops,paging"), ("--paged-variants", "norm,fused"), ("--paged-heads", "32/7"), ("--paged-heads", "8")],
+    [
+        ("--levels", "ops,paging"),
+        ("--paged-variants", "norm,fused"),
+        ("--paged-heads", "32/7"),
+        ("--paged-heads", "8"),
+    ],
 )
 def test_bench_refuses_unknown_levels_paged_variants_and_heads(
     run_ortstack: RunOrtstack, option: str, value: str
@@ -454,3 +459,43 @@ def test_quick_cpu_bench_reports_paged_attention_absent_where_the_ep_has_none(
     markdown = (out / "bench.md").read_text()
     assert "## PagedAttention: cost of the Q/K norm per node" in markdown
     assert "within 10 %" not in markdown
+
+
+@pytest.mark.parametrize(
+    ("option", "problem"),
+    [
+        ("--paged-layers=1", "a marginal cost needs L >= 2"),
+        ("--paged-head-size=63", "rotary needs an even, positive head size"),
+        ("--paged-prefill=0", "--paged-prefill >= 1"),
+    ],
+)
+def test_paged_sizes_it_cannot_build_are_refused_before_any_venv(
+    run_ortstack: RunOrtstack, tmp_path: Path, option: str, problem: str
+) -> None:
+    cache = tmp_path / "cache"
+    result = run_ortstack("bench", "--ep=cpu", "--levels=paged", option, "--cache-dir", cache)
+    line = one_error(result, 2)
+    assert "the paged level cannot run: " in line
+    assert problem in line
+    assert not cache.exists()
+
+
+class _Recorder:
+    """A case that notes when it ran: the order of requests is what is checked, not their time."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def request(self) -> float:
+        self.log.append(self.name)
+        return 0.001
+
+
+def test_paged_cases_interleave_request_by_request_in_a_rotated_order() -> None:
+    log: list[str] = []
+    runners = {name: _Recorder(name, log) for name in ("a", "b", "c")}
+    samples = paged.interleave(runners, warmups=1, requests=4)
+    warmup = ["a", "b", "c"]
+    timed = ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
+    assert log == [*warmup, *timed]
+    assert samples == {name: [1.0] * 4 for name in runners}

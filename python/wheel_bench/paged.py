@@ -33,7 +33,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import onnx
@@ -43,7 +43,7 @@ from wheel_tests import models
 from wheel_tests.paged import rotary_tables
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from wheel_bench.ep import EpSetup
 
@@ -424,7 +424,11 @@ def _open(
     return {key: run for key, run in runners.items() if run.case.variant not in absent}, found, absent
 
 
-def interleave(runners: dict[str, Runner], *, warmups: int, requests: int) -> dict[str, list[float]]:
+class Timed(Protocol):
+    def request(self) -> float: ...
+
+
+def interleave(runners: Mapping[str, Timed], *, warmups: int, requests: int) -> dict[str, list[float]]:
     """Milliseconds per request of each runner: every request runs each case once, the order rotated."""
     keys = list(runners)
     for _ in range(warmups):

@@ -128,10 +128,25 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
         raise UsageError(msg, tip="--wheel A [--wheel B]")
     for spec in options.wheels:
         venv.parse_wheel_spec(spec)
+    if "paged" in options.levels:
+        _check_paged_sizes(options)
     missing = vulkan.missing_driver(env) if options.ep == "webgpu" else None
     if missing is not None:
         msg = f"the webgpu bench cannot run: {missing} (a machine setup problem: nothing was run)"
         raise ConfigError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
+
+
+def _check_paged_sizes(options: BenchOptions) -> None:
+    """Sizes the paged level can build and take a marginal cost from."""
+    problems = []
+    if options.paged_layers < 2:  # noqa: PLR2004 - a marginal needs a chain longer than one node
+        problems.append(f"--paged-layers {options.paged_layers}: a marginal cost needs L >= 2")
+    if options.paged_head_size <= 0 or options.paged_head_size % 2:
+        problems.append(f"--paged-head-size {options.paged_head_size}: rotary needs an even, positive head size")
+    if options.paged_context < 0 or options.paged_prefill < 1:
+        problems.append("--paged-context must be >= 0 and --paged-prefill >= 1")
+    if problems:
+        raise UsageError("the paged level cannot run: " + "; ".join(problems), tip="see ortstack bench --help")
 
 
 def finished_result(result_path: Path) -> bool:
