@@ -378,7 +378,7 @@ def _paged_result(variant: str, layers: int, samples: list[float], phase: str = 
     return described | {"samples_ms": samples, "first_run_ms": 9.0, "cache_in_place": True, "output_finite": True}
 
 
-def test_paged_report_gives_marginal_costs_their_ratios_and_absent_variants() -> None:
+def test_paged_report_gives_marginal_costs_their_ratios_and_absent_variants(tmp_path: Path) -> None:
     drift = [0.0, 0.3, 0.1, 0.5, 0.2, 0.4]  # moves every case of a request together, as interleaving does
 
     def timed(fixed: float, per_node: float, layers: int) -> list[float]:
@@ -430,6 +430,9 @@ def test_paged_report_gives_marginal_costs_their_ratios_and_absent_variants() ->
     assert "1.050 (1.050-1.050) | within 10 % |" in markdown
     assert f"| A | prefill | 4/2x32 | 0 | 16 | norm | 4 | {refusal} |" in markdown
     assert "Q/K norm claimed by its build: no" in markdown
+    paths = report.write(document, tmp_path)
+    assert (tmp_path / "paged.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert tmp_path / "paged.png" in paths.values()
 
 
 def test_paged_budget_is_decided_only_by_a_whole_interval() -> None:

@@ -543,6 +543,9 @@ def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+    measured = [r for r in summary.get("paged", []) if "marginal_us" in r]
+    if measured:
+        written.append(_paged_plot(plt, document, measured, out_dir / "paged.png", suffix))
     genai = [r for r in summary["rows"] if r["level"] == "genai" and "metric" in r]
     if genai:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -564,6 +567,35 @@ def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _paged_plot(plt: Any, document: dict[str, Any], rows: list[dict[str, Any]], path: Path, suffix: str) -> Path:
+    """Marginal µs per node by variant, one panel per phase, bars per wheel with their 95 % intervals."""
+    phases = [phase for phase in ("decode", "prefill") if any(r["phase"] == phase for r in rows)]
+    fig, axes = plt.subplots(1, len(phases), figsize=(5 * len(phases), 4), squeeze=False)
+    for ax, phase in zip(axes[0], phases, strict=True):
+        here = [r for r in rows if r["phase"] == phase]
+        variants = [v for v in ("norm_off", "norm", "norm_unfused") if any(r["variant"] == v for r in here)]
+        wheels = sorted({r["wheel"] for r in here})
+        width = 0.8 / len(wheels)
+        for i, wheel in enumerate(wheels):
+            found = [next((r for r in here if r["wheel"] == wheel and r["variant"] == v), None) for v in variants]
+            values = [r["marginal_us"] if r else 0.0 for r in found]
+            # A percentile interval of medians may leave out its own point estimate: no negative whiskers.
+            errors = [
+                [max(r["marginal_us"] - r["marginal_ci_us"][0], 0.0) if r else 0.0 for r in found],
+                [max(r["marginal_ci_us"][1] - r["marginal_us"], 0.0) if r else 0.0 for r in found],
+            ]
+            ax.bar([x + i * width for x in range(len(variants))], values, width, yerr=errors, capsize=3, label=wheel)
+        ax.set_xticks([x + width * (len(wheels) - 1) / 2 for x in range(len(variants))], variants)
+        ax.set_title(f"{phase}: {here[0]['new_tokens']} new, {here[0]['past']} past")
+        ax.set_ylabel("marginal µs per node (95 %)")
+        ax.legend()
+    fig.suptitle("PagedAttention, Q/K norm off / fused / unfused" + suffix)
+    _name_wheels(fig, document)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def write(document: dict[str, Any], out_dir: Path) -> dict[str, Path]:
