@@ -390,6 +390,7 @@ def test_paged_report_gives_marginal_costs_their_ratios_and_absent_variants(tmp_
         for n in (1, 4)
     ]
     prefill = [_paged_result("norm_off", n, timed(2.0, 1.0, n), phase="prefill") for n in (1, 4)]
+    prefill[1]["cache_in_place"] = False  # the first run found node 0's cache unchanged
     refusal = "absent: PagedAttention (WebGPU): q_norm_weight/k_norm_weight inputs are not supported yet."
     prefill += [{**_paged_result("norm", n, [], phase="prefill"), "error": refusal} for n in (1, 4)]
     document: dict[str, Any] = {
@@ -430,6 +431,11 @@ def test_paged_report_gives_marginal_costs_their_ratios_and_absent_variants(tmp_
     assert "1.050 (1.050-1.050) | within 10 % |" in markdown
     assert f"| A | prefill | 4/2x32 | 0 | 16 | norm | 4 | {refusal} |" in markdown
     assert "Q/K norm claimed by its build: no" in markdown
+    assert (
+        "| A | prefill | 4/2x32 | 0 | 16 | norm_off | 4 | 6.250 | 1,562.5 | 1,000.0 (1,000.0-1,000.0) (caches not"
+        in markdown
+    )
+    assert markdown.count("caches not appended in place") == 1
     paths = report.write(document, tmp_path)
     assert (tmp_path / "paged.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert tmp_path / "paged.png" in paths.values()

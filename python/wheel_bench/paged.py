@@ -302,7 +302,8 @@ def runner(
     for layer in range(case.layers):
         key_cache, value_cache, key_cache_out, value_cache_out = cache_names(layer)
         for cache_in, cache_out in ((key_cache, key_cache_out), (value_cache, value_cache_out)):
-            values[cache_in] = ort.OrtValue.ortvalue_from_numpy(cache, device, 0)
+            # A CPU OrtValue wraps the array itself: each cache needs its own.
+            values[cache_in] = ort.OrtValue.ortvalue_from_numpy(cache.copy() if device == "cpu" else cache, device, 0)
             binding.bind_ortvalue_input(cache_in, values[cache_in])
             binding.bind_ortvalue_output(cache_out, values[cache_in])  # the kernel appends in place
     binding.bind_output(FINAL_OUTPUT, "cpu")
@@ -311,8 +312,9 @@ def runner(
     )
 
 
-def first_run(run: Runner, *, claims_qk_norm: bool) -> tuple[float, bool]:
-    """The first (cold) run's seconds, and whether it wrote the new K into node 0's own cache buffer."""
+def first_run(run: Runner, *, claims_qk_norm: bool) -> tuple[float, bool | None]:
+    """The first (cold) run's seconds, and whether it wrote the new K into node 0's own cache buffer
+    (None: this onnxruntime cannot read a device buffer back)."""
     case = run.case
     try:
         seconds = run.request()
@@ -323,16 +325,20 @@ def first_run(run: Runner, *, claims_qk_norm: bool) -> tuple[float, bool]:
         raise absent from exc
     slot = case.past  # the first new token's position
     block = int(run.feeds["block_table"][0, slot // BLOCK_SIZE])
-    written = to_numpy(run.values["key_cache0"])[block, slot % BLOCK_SIZE]
-    return seconds, not np.array_equal(written, run.cache[block, slot % BLOCK_SIZE])
+    cache = to_numpy(run.values["key_cache0"])
+    if cache is None:
+        return seconds, None
+    return seconds, not np.array_equal(cache[block, slot % BLOCK_SIZE], run.cache[block, slot % BLOCK_SIZE])
 
 
-def to_numpy(value: Any) -> np.ndarray:
-    """A device OrtValue's contents, copied to the host."""
+def to_numpy(value: Any) -> np.ndarray | None:
+    """A device OrtValue's contents, copied to the host; None where this onnxruntime has no ``copy_tensors``."""
     import onnxruntime as ort  # noqa: PLC0415 - the worker's own runtime
 
     if value.device_name().lower() == "cpu":
         return np.asarray(value.numpy())
+    if not hasattr(ort, "copy_tensors"):
+        return None
     host = ort.OrtValue.ortvalue_from_numpy(np.empty(value.shape(), np.float16))
     ort.copy_tensors([value], [host])
     return np.asarray(host.numpy())

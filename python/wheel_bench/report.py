@@ -174,7 +174,7 @@ def paged_table(
                 continue
             long, one, layers = columns[(phase, variant)]
             row |= _marginal_figures(long, one, layers)
-            row["cache_in_place"] = all(c.get("cache_in_place", True) for c in by_layers.values())
+            row["cache_in_place"] = all(c.get("cache_in_place") is not False for c in by_layers.values())
             if variant != "norm_off" and (phase, "norm_off") in columns:
                 row["x_norm_off"], row["x_norm_off_ci"] = _marginal_ratio(
                     long, one, layers, columns[(phase, "norm_off")]
