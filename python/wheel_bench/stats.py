@@ -2,7 +2,8 @@
 
 A difference counts only when it is outside the spread: the bootstrap interval of the ratio of
 medians must exclude 1, and neither median may lie inside the other wheel's min..max. Anything
-else is reported as no difference.
+else is reported as no difference. Kernel costs are marginal ((t_L - t_1) / (L - 1)), with a
+bootstrap interval that resamples interleaved requests together (``bootstrap_interval``).
 """
 
 from __future__ import annotations
