@@ -23,8 +23,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 EXAMPLES = """examples:
   ortstack bench --quick --ep cpu           the stock baselines, small shapes, on the CPU EP (minutes)
-  ortstack bench --wheel dist/A.whl --wheel dist/B.whl --ep webgpu   A/B of two wheels on WebGPU
-  ortstack bench --wheel dist/A.whl --levels paged --requests 25      PagedAttention: Q/K norm off, fused, unfused"""
+  ortstack bench --wheel dist/A.whl --wheel dist/B.whl --ep webgpu   A/B of two wheels on WebGPU"""
 COMMON = ("--cache-dir", "--work-dir")
 
 
