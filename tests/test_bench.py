@@ -8,6 +8,7 @@ interleave the wheels A B B A.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import statistics
@@ -319,14 +320,24 @@ def test_paged_cases_are_both_phases_each_variant_with_one_and_l_nodes() -> None
     assert decode[0].blocks == 129  # 4,097 tokens in blocks of 32
 
 
+def _c_getenv(name: str) -> bytes | None:
+    """What the C library's getenv (the kernel's read of the switch) sees in this process."""
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    value: bytes | None = getenv(name.encode())
+    return value
+
+
 def test_the_unfused_switch_is_set_only_while_sessions_are_made(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(paged.UNFUSED_SWITCH, "0")
     with paged.unfused_switch(on=True):
         assert os.environ[paged.UNFUSED_SWITCH] == "1"
+        assert _c_getenv(paged.UNFUSED_SWITCH) == b"1"  # a kernel constructed now reads it
     assert os.environ[paged.UNFUSED_SWITCH] == "0"
     with paged.unfused_switch(on=False):
         assert paged.UNFUSED_SWITCH not in os.environ
-    assert os.environ[paged.UNFUSED_SWITCH] == "0"
+        assert _c_getenv(paged.UNFUSED_SWITCH) is None
+    assert _c_getenv(paged.UNFUSED_SWITCH) == b"0"
 
 
 STOCK_REFUSAL = (
