@@ -40,7 +40,8 @@ PAGED_VARIANTS = ("norm_off", "norm", "norm_unfused")
 LEVELS = ("ops", "genai", "paged")
 DEFAULT_LEVELS = ("ops", "genai")
 """``paged`` is asked for by name: it measures one operator for the Q/K norm work, which the default
-wheels' WebGPU EPs lack or refuse, and on lavapipe its cold shader compilation adds about a minute."""
+wheels cannot show (1.27 places no OrtValue on the WebGPU device; plugin 0.4.0 refuses the norm
+weights), and on lavapipe its cold shader compilation adds about a minute to the quick bench."""
 
 
 @dataclass(frozen=True, kw_only=True)
