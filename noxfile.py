@@ -158,7 +158,7 @@ def bench_args(posargs: Sequence[str]) -> list[str]:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmark wheels A/B: op chains and genai TTFT/decode (no arguments: `--quick`; the full one:
-    `-- --wheel A --wheel B --ep webgpu`)."""
+    `-- --wheel A --wheel B --ep webgpu`; PagedAttention with Q/K norm off, fused, unfused: `--levels paged`)."""
     _install_ortstack(session, "bench")
     if not session.posargs:
         session.log(QUICK_BENCH_NOTE)

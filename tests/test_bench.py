@@ -8,20 +8,23 @@ interleave the wheels A B B A.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import statistics
 import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import onnx
 import pytest
 
 from clirun import one_error
 from ortstack.suites import vulkan
-from ortstack.suites.bench import OP_VARIANTS, interleaved_order
-from wheel_bench import ops, report
+from ortstack.suites.bench import DEFAULT_LEVELS, LEVELS, OP_VARIANTS, PAGED_VARIANTS, interleaved_order
+from wheel_bench import ops, paged, report, stats
 
 if TYPE_CHECKING:
     from clirun import RunOrtstack
@@ -235,3 +238,284 @@ def test_each_wheels_rows_carry_what_its_own_run_found() -> None:
     }
     rows = [r for r in report.summarize(document)["ops"] if r["variant"] == "lora_int8"]
     assert {r["wheel"]: r["fusion"] for r in rows} == {"A": absent, "B": "4/4 fused"}
+
+
+def test_the_orchestrator_offers_the_paged_variants_and_levels_the_worker_builds() -> None:
+    assert PAGED_VARIANTS == paged.VARIANTS
+    assert "paged" in LEVELS
+    assert "paged" not in DEFAULT_LEVELS
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--levels", "ops,paging"),
+        ("--paged-variants", "norm,fused"),
+        ("--paged-heads", "32/7"),
+        ("--paged-heads", "8"),
+    ],
+)
+def test_bench_refuses_unknown_levels_paged_variants_and_heads(
+    run_ortstack: RunOrtstack, option: str, value: str
+) -> None:
+    result = run_ortstack("bench", "--ep=cpu", f"{option}={value}")
+    assert result.returncode == 2, result.stderr
+    assert f"argument {option}" in result.stderr, result.stderr
+
+
+def _paged_case(variant: str, *, layers: int = 3, phase: str = "decode") -> paged.PagedCase:
+    new, past = (1, 40) if phase == "decode" else (16, 0)
+    return paged.PagedCase(
+        variant=variant, phase=phase, new_tokens=new, past=past, layers=layers, num_heads=4, kv_heads=2, head_size=32
+    )
+
+
+def test_paged_chain_feeds_each_nodes_output_to_the_next_query_with_caches_of_its_own() -> None:
+    case = _paged_case("norm", layers=3)
+    model = onnx.load_from_string(paged.build(case))
+    onnx.checker.check_model(model)  # build checks it too; this is the model as a consumer loads it
+    nodes = list(model.graph.node)
+    assert [n.op_type for n in nodes] == ["PagedAttention"] * 3
+    assert [n.input[0] for n in nodes] == ["query", "attention0", "attention1"]
+    assert [n.output[0] for n in nodes] == ["attention0", "attention1", "output"]
+    assert [tuple(n.input[3:5]) for n in nodes] == [(f"key_cache{i}", f"value_cache{i}") for i in range(3)]
+    assert [tuple(n.output[1:]) for n in nodes] == [(f"key_cache_out{i}", f"value_cache_out{i}") for i in range(3)]
+    assert {n.input[1] for n in nodes} == {"key"}  # new K/V tokens from graph inputs
+    initializers = {t.name for t in model.graph.initializer}
+    for i, node in enumerate(nodes):
+        assert list(node.input[10:]) == ["", "", f"q_norm_weight{i}", f"k_norm_weight{i}"]
+        assert {f"q_norm_weight{i}", f"k_norm_weight{i}"} <= initializers
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert attrs["num_heads"] == 4
+        assert attrs["kv_num_heads"] == 2
+        assert attrs["do_rotary"] == 1
+        assert attrs["qk_norm_epsilon"] == pytest.approx(paged.EPSILON)
+    cache = next(i for i in model.graph.input if i.name == "key_cache0")
+    dims = [d.dim_value for d in cache.type.tensor_type.shape.dim]
+    assert dims == [2, paged.BLOCK_SIZE, 2, 32]  # 41 tokens in blocks of 32
+    assert model.graph.output[0].name == "output"
+
+
+def test_paged_norm_off_has_no_norm_inputs_and_both_norm_variants_are_one_model() -> None:
+    off = onnx.load_from_string(paged.build(_paged_case("norm_off")))
+    assert all(len(n.input) == 10 for n in off.graph.node)
+    assert not off.graph.initializer
+    assert all("qk_norm_epsilon" not in {a.name for a in n.attribute} for n in off.graph.node)
+    assert paged.build(_paged_case("norm")) == paged.build(_paged_case("norm_unfused"))
+    assert _paged_case("norm_unfused").unfused
+    assert not _paged_case("norm").unfused
+
+
+def test_paged_cases_are_both_phases_each_variant_with_one_and_l_nodes() -> None:
+    chain = paged.cases(
+        context=4096, prefill=1024, layers=16, variants=list(paged.VARIANTS), num_heads=32, kv_heads=8, head_size=128
+    )
+    assert len(chain) == len({c.key for c in chain}) == 2 * 3 * 2
+    decode = [c for c in chain if c.phase == "decode"]
+    prefill = [c for c in chain if c.phase == "prefill"]
+    assert {(c.new_tokens, c.past) for c in decode} == {(1, 4096)}
+    assert {(c.new_tokens, c.past) for c in prefill} == {(1024, 0)}
+    assert {c.layers for c in chain} == {1, 16}
+    assert decode[0].key == "paged/decode/norm_off/H=32/8x128/past=4096/new=1/L=1"
+    assert decode[0].blocks == 129  # 4,097 tokens in blocks of 32
+
+
+def _c_getenv(name: str) -> bytes | None:
+    """What the C library's getenv (the kernel's read of the switch) sees in this process."""
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    value: bytes | None = getenv(name.encode())
+    return value
+
+
+def test_the_unfused_switch_is_set_only_while_sessions_are_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(paged.UNFUSED_SWITCH, "0")
+    with paged.unfused_switch(on=True):
+        assert os.environ[paged.UNFUSED_SWITCH] == "1"
+        assert _c_getenv(paged.UNFUSED_SWITCH) == b"1"  # a kernel constructed now reads it
+    assert os.environ[paged.UNFUSED_SWITCH] == "0"
+    with paged.unfused_switch(on=False):
+        assert paged.UNFUSED_SWITCH not in os.environ
+        assert _c_getenv(paged.UNFUSED_SWITCH) is None
+    assert _c_getenv(paged.UNFUSED_SWITCH) == b"0"
+
+
+STOCK_REFUSAL = (
+    "Error in execution: Non-zero status code returned while running PagedAttention node. Name:'attn0' "
+    "Status Message: PagedAttention (WebGPU): q_norm_weight/k_norm_weight inputs are not supported yet."
+)
+
+
+def test_a_refused_norm_is_absent_unless_the_build_claims_it() -> None:
+    norm = _paged_case("norm")
+    absent = paged.refusal(norm, RuntimeError(STOCK_REFUSAL), claims_qk_norm=False)
+    assert isinstance(absent, paged.Absent)
+    assert str(absent) == "PagedAttention (WebGPU): q_norm_weight/k_norm_weight inputs are not supported yet."
+    # A build whose patches add Q/K norm has failed when it refuses it; another error is a failure too.
+    assert paged.refusal(norm, RuntimeError(STOCK_REFUSAL), claims_qk_norm=True) is None
+    assert paged.refusal(norm, RuntimeError("Status Message: device lost"), claims_qk_norm=False) is None
+    no_kernel = RuntimeError("NOT_IMPLEMENTED : Could not find an implementation for PagedAttention(1) node")
+    assert isinstance(paged.refusal(_paged_case("norm_off"), no_kernel, claims_qk_norm=True), paged.Absent)
+
+
+def test_paired_bootstrap_keeps_drift_that_moved_both_columns_out_of_the_interval() -> None:
+    drifting = [float(i) for i in range(1, 21)]
+    shifted = [x + 0.5 for x in drifting]
+
+    def difference(columns: list[list[float]]) -> float:
+        return statistics.median(columns[1]) - statistics.median(columns[0])
+
+    assert stats.bootstrap_interval(difference, [drifting, shifted]) == (0.5, 0.5)
+    low, high = stats.bootstrap_interval(difference, [drifting, shifted[:-1]])  # unpaired: drift is spread
+    assert low < 0.5 < high
+    assert high - low > 1
+    assert stats.marginal([5.0, 5.0, 6.0], [2.0, 1.0, 2.0], 4) == 1.0
+
+
+def _paged_result(variant: str, layers: int, samples: list[float], phase: str = "decode") -> dict[str, object]:
+    case = _paged_case(variant, layers=layers, phase=phase)
+    described = {
+        "level": "paged",
+        "key": case.key,
+        "variant": variant,
+        "phase": phase,
+        "layers": layers,
+        "new_tokens": case.new_tokens,
+        "past": case.past,
+        "num_heads": 4,
+        "kv_heads": 2,
+        "head_size": 32,
+    }
+    return described | {"samples_ms": samples, "first_run_ms": 9.0, "cache_in_place": True, "output_finite": True}
+
+
+def test_paged_report_gives_marginal_costs_their_ratios_and_absent_variants(tmp_path: Path) -> None:
+    drift = [0.0, 0.3, 0.1, 0.5, 0.2, 0.4]  # moves every case of a request together, as interleaving does
+
+    def timed(fixed: float, per_node: float, layers: int) -> list[float]:
+        return [fixed + per_node * layers + d for d in drift]
+
+    decode = [
+        _paged_result(variant, n, timed(1.0, per_node, n))
+        for variant, per_node in (("norm_off", 0.2), ("norm", 0.21), ("norm_unfused", 0.3))
+        for n in (1, 4)
+    ]
+    prefill = [_paged_result("norm_off", n, timed(2.0, 1.0, n), phase="prefill") for n in (1, 4)]
+    prefill[1]["cache_in_place"] = False  # the first run found node 0's cache unchanged
+    refusal = "absent: PagedAttention (WebGPU): q_norm_weight/k_norm_weight inputs are not supported yet."
+    prefill += [{**_paged_result("norm", n, [], phase="prefill"), "error": refusal} for n in (1, 4)]
+    document: dict[str, Any] = {
+        "wheels": [{"id": "A", "label": "stock"}],
+        "host": {"platform": "linux", "gpus": []},
+        "runs": [{"wheel": "A", "round": 1, "cases": decode + prefill}],
+    }
+    rows = {(r["phase"], r["variant"]): r for r in report.summarize(document)["paged"]}
+    off, norm, unfused = rows[("decode", "norm_off")], rows[("decode", "norm")], rows[("decode", "norm_unfused")]
+    assert off["marginal_us"] == pytest.approx(200.0)
+    assert norm["marginal_us"] == pytest.approx(210.0)
+    assert unfused["marginal_us"] == pytest.approx(300.0)
+    assert off["per_node_us"] == pytest.approx((1.0 + 0.8 + 0.25) / 4 * 1e3)  # chain / L keeps the fixed cost
+    assert off["marginal_ci_us"] == pytest.approx([200.0, 200.0])  # the paired drift cancels
+    assert "x_norm_off" not in off
+    assert norm["x_norm_off"] == pytest.approx(1.05)
+    assert norm["norm_budget"] == "within 10 %"
+    assert unfused["x_norm_off"] == pytest.approx(1.5)
+    assert unfused["norm_budget"] == "over 10 %"
+    assert unfused["x_norm"] == pytest.approx(300 / 210)
+    assert "x_norm" not in norm
+    assert rows[("prefill", "norm_off")]["marginal_us"] == pytest.approx(1000.0)
+    assert rows[("prefill", "norm")]["not_measured"] == refusal
+    assert "marginal_us" not in rows[("prefill", "norm")]
+
+    document |= {"software_adapter": False, "order": [], "options": {"warmups": 1, "requests": 6}, "command": []}
+    document["runs"][0]["environment"] = {
+        "ort_version": "1.31.1",
+        "ep": "webgpu",
+        "ep_kind": "plugin",
+        "has_qlora_schema": False,
+        "claims_qk_norm": False,
+    }
+    document["summary"] = report.summarize(document)
+    markdown = report.markdown(document)
+    assert "## PagedAttention: cost of the Q/K norm per node" in markdown
+    assert "| A | decode | 4/2x32 | 40 | 1 | norm | 4 | 2.090 | 522.5 | 210.0 (210.0-210.0) |" in markdown
+    assert "1.050 (1.050-1.050) | within 10 % |" in markdown
+    assert f"| A | prefill | 4/2x32 | 0 | 16 | norm | 4 | {refusal} |" in markdown
+    assert "Q/K norm claimed by its build: no" in markdown
+    assert (
+        "| A | prefill | 4/2x32 | 0 | 16 | norm_off | 4 | 6.250 | 1,562.5 | 1,000.0 (1,000.0-1,000.0) (caches not"
+        in markdown
+    )
+    assert markdown.count("caches not appended in place") == 1
+    paths = report.write(document, tmp_path)
+    assert (tmp_path / "paged.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert tmp_path / "paged.png" in paths.values()
+
+
+def test_paged_budget_is_decided_only_by_a_whole_interval() -> None:
+    assert report._budget([1.02, 1.09]) == "within 10 %"
+    assert report._budget([1.11, 1.4]) == "over 10 %"
+    assert report._budget([1.05, 1.2]) == "undecided"
+
+
+@pytest.mark.slow
+def test_quick_cpu_bench_reports_paged_attention_absent_where_the_ep_has_none(
+    tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    """The CPU EP has no PagedAttention kernel: every variant is absent with the wheel's words, never measured."""
+    out = _quick_cpu_bench(tmp_path, base_env, "--levels=paged", wheels=1)
+    document = json.loads((out / "bench.json").read_text())
+    for run in document["runs"]:
+        assert run["environment"]["claims_qk_norm"] is False
+        assert len(run["cases"]) == 2 * 3 * 2
+        for case in run["cases"]:
+            assert case["level"] == "paged"
+            assert case["error"].startswith("absent: "), case
+            assert "Could not find an implementation for PagedAttention" in case["error"], case
+            assert "samples_ms" not in case
+    rows = document["summary"]["paged"]
+    assert len(rows) == 2 * 3
+    assert all(r["not_measured"].startswith("absent: ") and "marginal_us" not in r for r in rows)
+    markdown = (out / "bench.md").read_text()
+    assert "## PagedAttention: cost of the Q/K norm per node" in markdown
+    assert "within 10 %" not in markdown
+
+
+@pytest.mark.parametrize(
+    ("option", "problem"),
+    [
+        ("--paged-layers=1", "a marginal cost needs L >= 2"),
+        ("--paged-head-size=63", "rotary needs an even, positive head size"),
+        ("--paged-prefill=0", "--paged-prefill >= 1"),
+    ],
+)
+def test_paged_sizes_it_cannot_build_are_refused_before_any_venv(
+    run_ortstack: RunOrtstack, tmp_path: Path, option: str, problem: str
+) -> None:
+    cache = tmp_path / "cache"
+    result = run_ortstack("bench", "--ep=cpu", "--levels=paged", option, "--cache-dir", cache)
+    line = one_error(result, 2)
+    assert "the paged level cannot run: " in line
+    assert problem in line
+    assert not cache.exists()
+
+
+class _Recorder:
+    """A case that notes when it ran: the order of requests is what is checked, not their time."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def request(self) -> float:
+        self.log.append(self.name)
+        return 0.001
+
+
+def test_paged_cases_interleave_request_by_request_in_a_rotated_order() -> None:
+    log: list[str] = []
+    runners = {name: _Recorder(name, log) for name in ("a", "b", "c")}
+    samples = paged.interleave(runners, warmups=1, requests=4)
+    warmup = ["a", "b", "c"]
+    timed = ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
+    assert log == [*warmup, *timed]
+    assert samples == {name: [1.0] * 4 for name in runners}

@@ -14,13 +14,17 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from wheel_bench.stats import Spread, compare
+from wheel_bench.stats import Spread, bootstrap_interval, compare, marginal, ratio
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 # Stated peak bandwidths (GB/s) for devices a result may name; a measured figure can be passed instead.
 STATED_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0}
+TIMED_LEVELS = ("ops", "paged")
+"""Levels whose cases carry ``samples_ms`` of whole runs (the genai level carries TTFT and tokens/s)."""
+NORM_BUDGET = 1.10
+"""The Q/K norm's budget: a node with norm may cost at most 10 % more than without."""
 
 
 def _samples(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, list[float]]]:
@@ -31,7 +35,7 @@ def _samples(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, list[f
             if "error" in case:
                 continue
             metrics = out[(run["wheel"], case["key"])]
-            if case["level"] == "ops":
+            if case["level"] in TIMED_LEVELS:
                 metrics["ms"] += case["samples_ms"]
             else:
                 metrics["ttft_ms"] += case["ttft_ms"]
@@ -70,7 +74,7 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
         if "error" in case:
             rows.append({"key": key, "level": case["level"], "error": case["error"]})
             continue
-        metrics = ["ms"] if case["level"] == "ops" else ["ttft_ms", "decode_tok_s"]
+        metrics = ["ms"] if case["level"] in TIMED_LEVELS else ["ttft_ms", "decode_tok_s"]
         for metric in metrics:
             row: dict[str, Any] = {"key": key, "level": case["level"], "metric": metric, "wheels": {}}
             for wheel in wheels:
@@ -86,6 +90,7 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
         "bandwidth_source": bandwidth_source,
         "rows": rows,
         "ops": _ops_table(document, samples, bandwidth),
+        "paged": paged_table(document, samples),
         "cold_vs_warm": _cold_vs_warm(document),
     }
 
@@ -147,6 +152,95 @@ def _ops_table(
     return out
 
 
+def paged_table(
+    document: dict[str, Any], samples: dict[tuple[str, str], dict[str, list[float]]]
+) -> list[dict[str, Any]]:
+    """Per wheel, phase and variant: chain / L and the marginal cost of a node with its interval, and the
+    ratio of marginals to ``norm_off`` (and, for ``norm_unfused``, to ``norm``: what the fusion buys).
+
+    Intervals are paired bootstraps over the requests, which ran every case of a phase interleaved.
+    A variant the wheel refused is a row with no figures and ``not_measured``: ``absent: `` and the refusal.
+    """
+    out = []
+    for wheel in (w["id"] for w in document["wheels"]):
+        chains, columns = _paged_chains(document, samples, wheel)
+        for (phase, variant), by_layers in chains.items():
+            case = by_layers[max(by_layers)]
+            row: dict[str, Any] = {"wheel": wheel, "phase": phase, "variant": variant, "layers": case["layers"]}
+            row |= {key: case[key] for key in ("new_tokens", "past", "num_heads", "kv_heads", "head_size")}
+            error = next((c["error"] for c in by_layers.values() if "error" in c), None)
+            if error is not None or (phase, variant) not in columns:
+                out.append(row | {"not_measured": error or "no chains of 1 and L nodes to take a marginal from"})
+                continue
+            long, one, layers = columns[(phase, variant)]
+            row |= _marginal_figures(long, one, layers)
+            row["cache_in_place"] = all(c.get("cache_in_place") is not False for c in by_layers.values())
+            if variant != "norm_off" and (phase, "norm_off") in columns:
+                row["x_norm_off"], row["x_norm_off_ci"] = _marginal_ratio(
+                    long, one, layers, columns[(phase, "norm_off")]
+                )
+            if variant == "norm_unfused" and (phase, "norm") in columns:
+                row["x_norm"], row["x_norm_ci"] = _marginal_ratio(long, one, layers, columns[(phase, "norm")])
+            if "x_norm_off_ci" in row:
+                row["norm_budget"] = _budget(row["x_norm_off_ci"])
+            out.append(row)
+    return out
+
+
+Columns = tuple[list[float], list[float], int]
+"""A chain's samples with L nodes, with one node, and L."""
+
+
+def _paged_chains(
+    document: dict[str, Any], samples: dict[tuple[str, str], dict[str, list[float]]], wheel: str
+) -> tuple[dict[tuple[str, str], dict[int, dict[str, Any]]], dict[tuple[str, str], Columns]]:
+    """(phase, variant) -> layers -> case of ``wheel``; and the samples of those with a chain of 1 and of L."""
+    chains: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for key, case in _cases(document, wheel).items():
+        if case["level"] == "paged":
+            chains[(case["phase"], case["variant"])][case["layers"]] = {"key": key, **case}
+    columns: dict[tuple[str, str], Columns] = {}
+    for group, by_layers in chains.items():
+        longest = max(by_layers)
+        long = samples.get((wheel, by_layers[longest]["key"]), {}).get("ms")
+        one = samples.get((wheel, by_layers[1]["key"]), {}).get("ms") if 1 in by_layers else None
+        if long and one and longest > 1:
+            columns[group] = (long, one, longest)
+    return chains, columns
+
+
+def _marginal_figures(long: list[float], one: list[float], layers: int) -> dict[str, Any]:
+    interval = bootstrap_interval(lambda c: marginal(c[0], c[1], layers), [long, one])
+    return {
+        "chain_ms": statistics.median(long),
+        "one_ms": statistics.median(one),
+        "per_node_us": statistics.median(long) / layers * 1e3,
+        "marginal_us": marginal(long, one, layers) * 1e3,
+        "marginal_ci_us": [interval[0] * 1e3, interval[1] * 1e3],
+    }
+
+
+def _marginal_ratio(long: list[float], one: list[float], layers: int, base: Columns) -> tuple[float, list[float]]:
+    """marginal(variant) / marginal(base), and its bootstrap interval over the four columns."""
+    base_long, base_one, base_layers = base
+
+    def statistic(c: list[list[float]]) -> float:
+        return ratio(marginal(c[0], c[1], layers), marginal(c[2], c[3], base_layers))
+
+    low, high = bootstrap_interval(statistic, [long, one, base_long, base_one])
+    return statistic([long, one, base_long, base_one]), [low, high]
+
+
+def _budget(interval: list[float]) -> str:
+    """Whether the norm's cost is within ``NORM_BUDGET``: only an interval wholly on one side decides."""
+    low, high = interval
+    if high <= NORM_BUDGET:
+        return "within 10 %"
+    if low > NORM_BUDGET:
+        return "over 10 %"
+    return "undecided"
+
+
 def _cold_vs_warm(document: dict[str, Any]) -> list[dict[str, Any]]:
     """First run of each case per round: round 1 compiles shaders cold, round 2 finds them cached."""
     out = []
@@ -154,7 +248,7 @@ def _cold_vs_warm(document: dict[str, Any]) -> list[dict[str, Any]]:
         for case in run["cases"]:
             if "error" in case:
                 continue
-            first = case["first_run_ms"] if case["level"] == "ops" else case["first_request"]["ttft_ms"]
+            first = case["first_run_ms"] if case["level"] in TIMED_LEVELS else case["first_request"]["ttft_ms"]
             out.append({"wheel": run["wheel"], "round": run["round"], "key": case["key"], "first_ms": first})
     return out
 
@@ -195,17 +289,20 @@ def _fused(row: dict[str, Any]) -> str:
     return "-" if row["fused_nodes"] is None else str(row["fused_nodes"])
 
 
+def _environment_line(run: dict[str, Any]) -> str:
+    env = run["environment"]
+    claims = env.get("claims_qk_norm")  # recorded by runs with the paged level
+    return (
+        f"- {run['wheel']} ran onnxruntime {env['ort_version']} with EP {env['ep']} ({env['ep_kind']}"
+        + (f", plugin {env['plugin_version']}" if env.get("plugin_version") else "")
+        + f"), MatMulNBitsQLoRA schema: {'yes' if env['has_qlora_schema'] else 'no'}"
+        + ("" if claims is None else f", Q/K norm claimed by its build: {'yes' if claims else 'no'}")
+    )
+
+
 def _software_lines(document: dict[str, Any]) -> list[str]:
     """What each wheel ran, and which onnxruntime-genai (and why) the model level used."""
-    lines = []
-    for run in document["runs"]:
-        if run["round"] == 1:
-            env = run["environment"]
-            lines.append(
-                f"- {run['wheel']} ran onnxruntime {env['ort_version']} with EP {env['ep']} ({env['ep_kind']}"
-                + (f", plugin {env['plugin_version']}" if env.get("plugin_version") else "")
-                + f"), MatMulNBitsQLoRA schema: {'yes' if env['has_qlora_schema'] else 'no'}"
-            )
+    lines = [_environment_line(run) for run in document["runs"] if run["round"] == 1]
     if document.get("genai"):  # absent from results written before genai was chosen per run
         lines.append(f"- {document['genai']['reason']}")
     return lines
@@ -267,6 +364,8 @@ def markdown(document: dict[str, Any]) -> str:
             )
         ]
         lines.append("")
+    if summary.get("paged"):
+        lines += _paged_section(document)
     genai_rows = [r for r in summary["rows"] if r["level"] == "genai"]
     if genai_rows:
         lines += _genai_table(document, genai_rows)
@@ -309,6 +408,54 @@ def markdown(document: dict[str, Any]) -> str:
     ]
     lines += [f"| {r['wheel']} | {r['round']} | {r['key']} | {_fmt(r['first_ms'])} |" for r in summary["cold_vs_warm"]]
     return "\n".join(lines) + "\n"
+
+
+def _interval(value: float | None, interval: list[float] | None, digits: int) -> str:
+    if value is None:
+        return "-"
+    text = _fmt(value, digits)
+    return f"{text} ({_fmt(interval[0], digits)}-{_fmt(interval[1], digits)})" if interval else text
+
+
+def _paged_section(document: dict[str, Any]) -> list[str]:
+    rows = document["summary"]["paged"]
+    lines = [
+        "## PagedAttention: cost of the Q/K norm per node",
+        "",
+        (
+            "A chain of L PagedAttention nodes (fp16, GQA, rotary, own caches bound on the device and appended in "
+            "place) and the same with one node, every case of a phase interleaved request by request. "
+            "marginal = (t_L - t_1)/(L - 1), the node's cost without the fixed cost of a run; chain/L keeps that "
+            "cost in. Intervals: 95 % paired bootstrap over the requests. x norm_off: marginal / marginal of "
+            "`norm_off`, the budget is ≤ 1.10 (decided only when the whole interval is on one side); "
+            "x norm (unfused only): what fusing the norm into the rotary pass buys. `norm_unfused` differs from "
+            "`norm` only on a wheel that reads ORT_WEBGPU_PAGED_ATTENTION_QK_NORM_UNFUSED."
+        ),
+        "",
+        (
+            "| wheel | phase | heads | past | new | variant | L | chain ms | chain/L µs | marginal µs (95 %) | "
+            "x norm_off (95 %) | ≤ 10 % | x norm (95 %) |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    order = {"norm_off": 0, "norm": 1, "norm_unfused": 2}
+    for r in sorted(rows, key=lambda r: (r["phase"] != "decode", r["wheel"], order.get(r["variant"], 3))):
+        head = (
+            f"| {r['wheel']} | {r['phase']} | {r['num_heads']}/{r['kv_heads']}x{r['head_size']} | {r['past']} | "
+            f"{r['new_tokens']} | {r['variant']} | {r['layers']} |"
+        )
+        if "not_measured" in r:  # "absent: " and the wheel's refusal, or why the wheel could not be measured
+            lines.append(f"{head} {r['not_measured']} | | | | | |")
+            continue
+        note = "" if r["cache_in_place"] else " (caches not appended in place)"
+        lines.append(
+            f"{head} {_fmt(r['chain_ms'], 3)} | {_fmt(r['per_node_us'])} | "
+            f"{_interval(r['marginal_us'], r['marginal_ci_us'], 1)}{note} | "
+            f"{_interval(r.get('x_norm_off'), r.get('x_norm_off_ci'), 3)} | {r.get('norm_budget', '-')} | "
+            f"{_interval(r.get('x_norm'), r.get('x_norm_ci'), 3)} |"
+        )
+    lines.append("")
+    return lines
 
 
 def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
@@ -404,6 +551,9 @@ def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+    measured = [r for r in summary.get("paged", []) if "marginal_us" in r]
+    if measured:
+        written.append(_paged_plot(plt, document, measured, out_dir / "paged.png", suffix))
     genai = [r for r in summary["rows"] if r["level"] == "genai" and "metric" in r]
     if genai:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -425,6 +575,35 @@ def plots(document: dict[str, Any], out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _paged_plot(plt: Any, document: dict[str, Any], rows: list[dict[str, Any]], path: Path, suffix: str) -> Path:
+    """Marginal µs per node by variant, one panel per phase, bars per wheel with their 95 % intervals."""
+    phases = [phase for phase in ("decode", "prefill") if any(r["phase"] == phase for r in rows)]
+    fig, axes = plt.subplots(1, len(phases), figsize=(5 * len(phases), 4), squeeze=False)
+    for ax, phase in zip(axes[0], phases, strict=True):
+        here = [r for r in rows if r["phase"] == phase]
+        variants = [v for v in ("norm_off", "norm", "norm_unfused") if any(r["variant"] == v for r in here)]
+        wheels = sorted({r["wheel"] for r in here})
+        width = 0.8 / len(wheels)
+        for i, wheel in enumerate(wheels):
+            found = [next((r for r in here if r["wheel"] == wheel and r["variant"] == v), None) for v in variants]
+            values = [r["marginal_us"] if r else 0.0 for r in found]
+            # A percentile interval of medians may leave out its own point estimate: no negative whiskers.
+            errors = [
+                [max(r["marginal_us"] - r["marginal_ci_us"][0], 0.0) if r else 0.0 for r in found],
+                [max(r["marginal_ci_us"][1] - r["marginal_us"], 0.0) if r else 0.0 for r in found],
+            ]
+            ax.bar([x + i * width for x in range(len(variants))], values, width, yerr=errors, capsize=3, label=wheel)
+        ax.set_xticks([x + width * (len(wheels) - 1) / 2 for x in range(len(variants))], variants)
+        ax.set_title(f"{phase}: {here[0]['new_tokens']} new, {here[0]['past']} past")
+        ax.set_ylabel("marginal µs per node (95 %)")
+        ax.legend()
+    fig.suptitle("PagedAttention, Q/K norm off / fused / unfused" + suffix)
+    _name_wheels(fig, document)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def write(document: dict[str, Any], out_dir: Path) -> dict[str, Path]:

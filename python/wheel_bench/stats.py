@@ -2,18 +2,20 @@
 
 A difference counts only when it is outside the spread: the bootstrap interval of the ratio of
 medians must exclude 1, and neither median may lie inside the other wheel's min..max. Anything
-else is reported as no difference.
+else is reported as no difference. Kernel costs are marginal ((t_L - t_1) / (L - 1)), with a
+bootstrap interval that resamples interleaved requests together (``bootstrap_interval``).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 NO_DIFFERENCE = "no difference"
 
@@ -70,3 +72,46 @@ def compare(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool) -
         b_higher = ratio > 1.0
         verdict = "B better" if b_higher == higher_is_better else "B worse"
     return Comparison(ratio=ratio, ci_low=low, ci_high=high, verdict=verdict)
+
+
+def marginal(long: Sequence[float], one: Sequence[float], layers: int) -> float:
+    """The cost of one more layer: (median(t_L) - median(t_1)) / (L - 1), without the fixed cost of a run."""
+    return (statistics.median(long) - statistics.median(one)) / (layers - 1)
+
+
+def bootstrap_interval(
+    statistic: Callable[[list[list[float]]], float],
+    columns: Sequence[Sequence[float]],
+    *,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic(columns)``.
+
+    Columns of equal length are resampled by one shared index (paired): requests interleaved them,
+    so whatever drifted moved them together. Columns of different lengths are resampled each on
+    its own. Resamples whose statistic is undefined (NaN, e.g. a ratio to a zero marginal) are left out.
+    """
+    rng = random.Random(seed)
+    lengths = {len(column) for column in columns}
+    values = []
+    for _ in range(resamples):
+        if len(lengths) == 1:
+            picks = rng.choices(range(len(columns[0])), k=len(columns[0]))
+            drawn = [[column[i] for i in picks] for column in columns]
+        else:
+            drawn = [rng.choices(list(column), k=len(column)) for column in columns]
+        value = statistic(drawn)
+        if not math.isnan(value):
+            values.append(value)
+    if not values:
+        return math.nan, math.nan
+    values.sort()
+    tail = (1 - confidence) / 2
+    return values[int(tail * (len(values) - 1))], values[int((1 - tail) * (len(values) - 1))]
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, NaN where the denominator is not positive (no cost to compare with)."""
+    return numerator / denominator if denominator > 0 else math.nan

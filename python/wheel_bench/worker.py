@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wheel_bench import ep, genai_run, ops
+from wheel_bench import ep, genai_run, ops, paged
 
 
 def run(plan: dict[str, Any]) -> dict[str, Any]:
@@ -36,6 +36,24 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             ops.measure(setup, case, warmups=plan["warmups"], requests=plan["requests"], empty_weights_refused=refused)
             for case in chain
         ]
+    paged_plan = plan.get("paged")
+    claims_qk_norm = None
+    if paged_plan:
+        from wheel_tests import capabilities  # noqa: PLC0415 - build info, read only for this level
+
+        claims_qk_norm = capabilities.claimed("qk_norm")
+        paged_cases = paged.cases(
+            context=paged_plan["context"],
+            prefill=paged_plan["prefill"],
+            layers=paged_plan["layers"],
+            variants=paged_plan["variants"],
+            num_heads=paged_plan["num_heads"],
+            kv_heads=paged_plan["kv_heads"],
+            head_size=paged_plan["head_size"],
+        )
+        cases += paged.measure(
+            setup, paged_cases, warmups=plan["warmups"], requests=plan["requests"], claims_qk_norm=claims_qk_norm
+        )
     genai_plan = plan.get("genai")
     if genai_plan:
         cases += genai_run.measure(
@@ -52,7 +70,12 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
         "round": plan["round"],
         "started": started,
         "finished": time.time(),
-        "environment": {**ep.environment(setup), "python": sys.version, "platform": platform.platform()},
+        "environment": {
+            **ep.environment(setup),
+            "python": sys.version,
+            "platform": platform.platform(),
+            "claims_qk_norm": claims_qk_norm,
+        },
         "cases": cases,
     }
 

@@ -314,6 +314,32 @@ class PagedSpec:
     """The ``is_causal`` attribute; None leaves it out (schemas before it causal only)."""
 
 
+NORM_WEIGHT_SLOT = 12
+"""PagedAttention's input index of ``q_norm_weight`` (``k_norm_weight`` follows)."""
+
+
+def paged_attention_node(
+    spec: PagedSpec, inputs: Sequence[str], outputs: Sequence[str], *, name: str
+) -> onnx.NodeProto:
+    """A PagedAttention node with the attributes ``spec`` implies, wired to the given input and output names."""
+    attrs: dict[str, float | int] = {
+        "num_heads": spec.num_heads,
+        "kv_num_heads": spec.kv_heads,
+        "do_rotary": int(spec.rotary),
+    }
+    if spec.rotary:
+        attrs["rotary_interleaved"] = int(spec.interleaved)
+    if spec.qk_norm:
+        attrs["qk_norm_epsilon"] = spec.epsilon
+    if spec.local_window != -1:
+        attrs["local_window_size"] = spec.local_window
+    if spec.causal is not None:
+        attrs["is_causal"] = int(spec.causal)
+    node = helper.make_node("PagedAttention", list(inputs), list(outputs), name=name, domain="com.microsoft")
+    node.attribute.extend(helper.make_attribute(key, value) for key, value in attrs.items())
+    return node
+
+
 def paged_attention(spec: PagedSpec) -> bytes:
     """PagedAttention, separate or packed Q/K/V, optional RoPE and per-head Q/K RMSNorm weights as inputs."""
     elem = ELEM_TYPE[spec.dtype]
@@ -337,38 +363,20 @@ def paged_attention(spec: PagedSpec) -> bytes:
         helper.make_tensor_value_info("past_seqlens", TensorProto.INT32, ["B"]),
         helper.make_tensor_value_info("block_table", TensorProto.INT32, ["B", "MB"]),
     ]
-    attrs: dict[str, float | int] = {
-        "num_heads": spec.num_heads,
-        "kv_num_heads": spec.kv_heads,
-        "do_rotary": int(spec.rotary),
-    }
     if spec.rotary:
         names += ["cos_cache", "sin_cache"]
         inputs += [
             helper.make_tensor_value_info("cos_cache", elem, ["P", d // 2]),
             helper.make_tensor_value_info("sin_cache", elem, ["P", d // 2]),
         ]
-        attrs["rotary_interleaved"] = int(spec.interleaved)
     if spec.qk_norm:
-        names += [""] * (12 - len(names))  # cos/sin caches when absent, slot_mapping, head_sink
+        names += [""] * (NORM_WEIGHT_SLOT - len(names))  # cos/sin caches when absent, slot_mapping, head_sink
         names += ["q_norm_weight", "k_norm_weight"]
         inputs += [
             helper.make_tensor_value_info("q_norm_weight", elem, [d]),
             helper.make_tensor_value_info("k_norm_weight", elem, [d]),
         ]
-        attrs["qk_norm_epsilon"] = spec.epsilon
-    if spec.local_window != -1:
-        attrs["local_window_size"] = spec.local_window
-    if spec.causal is not None:
-        attrs["is_causal"] = int(spec.causal)
-    node = helper.make_node(
-        "PagedAttention",
-        names,
-        ["output", "key_cache_out", "value_cache_out"],
-        name="attention",
-        domain="com.microsoft",
-    )
-    node.attribute.extend(helper.make_attribute(key, value) for key, value in attrs.items())
+    node = paged_attention_node(spec, names, ["output", "key_cache_out", "value_cache_out"], name="attention")
     outputs = [
         helper.make_tensor_value_info("output", elem, ["T", spec.num_heads * d]),
         helper.make_tensor_value_info("key_cache_out", elem, cache_shape),

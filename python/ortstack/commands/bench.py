@@ -14,7 +14,7 @@ from ortstack.suites import bench
 if TYPE_CHECKING:
     from ortstack.settings import Settings
 
-HELP = "Benchmark one or two wheels, interleaved A B B A: op chains and genai TTFT/decode; JSON, Markdown, PNG."
+HELP = "Benchmark one or two wheels, interleaved A B B A: op chains, PagedAttention, genai TTFT/decode; JSON, MD, PNG."
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -36,13 +36,35 @@ def _on_off(text: str) -> tuple[bool, ...]:
     return tuple(w == "on" for w in words)
 
 
-def _variants(text: str) -> tuple[str, ...]:
+def _names(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma list of names from ``known``, each once."""
     names = tuple(text.split(","))
-    unknown = [n for n in names if n not in bench.OP_VARIANTS]
+    unknown = [n for n in names if n not in known]
     if unknown or len(set(names)) != len(names):
-        msg = f"expected a comma list of {', '.join(bench.OP_VARIANTS)} (each once), got {text!r}"
+        msg = f"expected a comma list of {', '.join(known)} (each once), got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return names
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    return _names(text, bench.OP_VARIANTS)
+
+
+def _paged_variants(text: str) -> tuple[str, ...]:
+    return _names(text, bench.PAGED_VARIANTS)
+
+
+def _levels(text: str) -> tuple[str, ...]:
+    return _names(text, bench.LEVELS)
+
+
+def _heads(text: str) -> tuple[int, int]:
+    """``Q/KV``: query heads and KV heads, the query heads a multiple of the KV heads (GQA)."""
+    query, _, kv = text.partition("/")
+    if not (query.isdigit() and kv.isdigit() and int(kv) > 0 and int(query) % int(kv) == 0):
+        msg = f"expected Q/KV heads with Q a multiple of KV, e.g. 32/8, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(query), int(kv)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ep", choices=["cpu", "webgpu"], default="webgpu", help="execution provider (default webgpu)")
     parser.add_argument("--quick", action="store_true", help="small shapes that finish in minutes on a CPU")
     parser.add_argument("--out", type=Path, help="output directory (default: WORK_DIR/bench)")
-    parser.add_argument("--levels", default=None, help="comma list of ops,genai (default both)")
+    parser.add_argument(
+        "--levels",
+        type=_levels,
+        help="comma list of ops, genai, paged (default ops,genai; paged: PagedAttention with and without Q/K norm)",
+    )
     parser.add_argument("--requests", type=int, help="timed requests per case and round (two rounds)")
     parser.add_argument("--warmups", type=int, help="warmup requests per case and round")
     parser.add_argument("--m", type=_ints, help="op level: comma list of M")
@@ -73,6 +99,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_on_off,
         help="op level, INT8 variants: on, off (zero-sized adapter weights) or on,off (default on,off; --quick: on)",
     )
+    parser.add_argument("--paged-context", type=int, help="paged level: tokens in the cache at decode (default 4096)")
+    parser.add_argument("--paged-prefill", type=int, help="paged level: new tokens at prefill (default 1024)")
+    parser.add_argument("--paged-layers", type=int, help="paged level: chain length L (default 16)")
+    parser.add_argument(
+        "--paged-variants",
+        type=_paged_variants,
+        help=f"paged level: comma list of {', '.join(bench.PAGED_VARIANTS)} (default all)",
+    )
+    parser.add_argument("--paged-heads", type=_heads, help="paged level: query/KV heads (default 32/8)")
+    parser.add_argument("--paged-head-size", type=int, help="paged level: head size (default 128)")
     parser.add_argument("--prompts", type=_ints, help="model level: comma list of prompt lengths")
     parser.add_argument("--generate", type=int, help="model level: tokens to generate")
     capture = parser.add_mutually_exclusive_group()
@@ -112,7 +148,7 @@ def main(args: argparse.Namespace, config: Settings) -> int:
     if args.quick:
         options = bench.quick(options)
     overrides = {
-        "levels": tuple(args.levels.split(",")) if args.levels else None,
+        "levels": args.levels,
         "requests": args.requests,
         "warmups": args.warmups,
         "ms": args.m,
@@ -123,6 +159,12 @@ def main(args: argparse.Namespace, config: Settings) -> int:
         "prompt_lengths": args.prompts,
         "generate": args.generate,
         "capture_modes": (False,) if args.no_capture else args.capture,
+        "paged_context": args.paged_context,
+        "paged_prefill": args.paged_prefill,
+        "paged_layers": args.paged_layers,
+        "paged_variants": args.paged_variants,
+        "paged_heads": args.paged_heads,
+        "paged_head_size": args.paged_head_size,
     }
     options = bench.replace(options, **{k: v for k, v in overrides.items() if v is not None})
     paths = bench.run(options, config.env)

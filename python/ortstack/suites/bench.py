@@ -34,6 +34,13 @@ WORKER_EXTRAS = ("numpy", "onnx")
 BUILDER_REQUIREMENTS = ("torch", "transformers", "tokenizers", "onnx", "onnx_ir")
 OP_VARIANTS = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8", "lora_int8_raw")
 """What ``wheel_bench.ops`` builds (its ``VARIANTS``; that package needs onnx, the orchestrator does not)."""
+PAGED_VARIANTS = ("norm_off", "norm", "norm_unfused")
+"""What ``wheel_bench.paged`` builds (its ``VARIANTS``)."""
+LEVELS = ("ops", "genai", "paged")
+DEFAULT_LEVELS = ("ops", "genai")
+"""``paged`` is asked for by name: it measures one operator for the Q/K norm work, which the default
+wheels cannot show (1.27 places no OrtValue on the WebGPU device; plugin 0.4.0 refuses the norm
+weights), and on lavapipe its cold shader compilation adds about a minute to the quick bench."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +49,7 @@ class BenchOptions:
     ep: str = "webgpu"
     out_dir: Path
     cache_dir: Path
-    levels: tuple[str, ...] = ("ops", "genai")
+    levels: tuple[str, ...] = DEFAULT_LEVELS
     warmups: int = 3
     requests: int = 5
     """Timed requests per round; two rounds make ten per wheel."""
@@ -54,6 +61,15 @@ class BenchOptions:
     """Op level, INT8 variants: adapter on, and off (zero-sized adapter weights)."""
     prompt_lengths: tuple[int, ...] = (128, 1024)
     generate: int = 128
+    paged_context: int = 4096
+    """PagedAttention level: tokens in the cache at decode."""
+    paged_prefill: int = 1024
+    """PagedAttention level: new tokens at prefill (no past)."""
+    paged_layers: int = 16
+    paged_variants: tuple[str, ...] = PAGED_VARIANTS
+    paged_heads: tuple[int, int] = (32, 8)
+    """Query heads, KV heads."""
+    paged_head_size: int = 128
     capture_modes: tuple[bool, ...] = (False, True)
     """Graph capture off / on, at both levels."""
     model_shape: str = "realistic"
@@ -87,6 +103,9 @@ def quick(options: BenchOptions) -> BenchOptions:
         adapter_modes=(True,),
         capture_modes=(False,),
         model_shape="tiny",
+        paged_context=64,
+        paged_prefill=16,
+        paged_layers=4,
     )
 
 
@@ -111,10 +130,25 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
         raise UsageError(msg, tip="--wheel A [--wheel B]")
     for spec in options.wheels:
         venv.parse_wheel_spec(spec)
+    if "paged" in options.levels:
+        _check_paged_sizes(options)
     missing = vulkan.missing_driver(env) if options.ep == "webgpu" else None
     if missing is not None:
         msg = f"the webgpu bench cannot run: {missing} (a machine setup problem: nothing was run)"
         raise ConfigError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
+
+
+def _check_paged_sizes(options: BenchOptions) -> None:
+    """Sizes the paged level can build and take a marginal cost from."""
+    problems = []
+    if options.paged_layers < 2:  # noqa: PLR2004 - a marginal needs a chain longer than one node
+        problems.append(f"--paged-layers {options.paged_layers}: a marginal cost needs L >= 2")
+    if options.paged_head_size <= 0 or options.paged_head_size % 2:
+        problems.append(f"--paged-head-size {options.paged_head_size}: rotary needs an even, positive head size")
+    if options.paged_context < 0 or options.paged_prefill < 1:
+        problems.append("--paged-context must be >= 0 and --paged-prefill >= 1")
+    if problems:
+        raise UsageError("the paged level cannot run: " + "; ".join(problems), tip="see ortstack bench --help")
 
 
 def finished_result(result_path: Path) -> bool:
@@ -215,6 +249,16 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
             "variants": list(options.variants),
             "adapters": list(options.adapter_modes),
             "captures": list(options.capture_modes),
+        }
+    if "paged" in options.levels:
+        plan["paged"] = {
+            "context": options.paged_context,
+            "prefill": options.paged_prefill,
+            "layers": options.paged_layers,
+            "variants": list(options.paged_variants),
+            "num_heads": options.paged_heads[0],
+            "kv_heads": options.paged_heads[1],
+            "head_size": options.paged_head_size,
         }
     if "genai" in options.levels and model_dir is not None:
         plan["genai"] = {
