@@ -209,6 +209,8 @@ def test_fused_over_raw_ratios_intervals_and_token_identity(tmp_path: Path) -> N
     assert "| fused | b | on | 128 | 128 | A | 50.0 (49.8-50.2) | 100.1 (99.9-100.3) |" in markdown
     assert "differs from adapter off" not in markdown  # adapter off was not measured: nothing to compare
     assert "tokens differ from raw" in markdown
+    rows_order = [line.split(" | ")[:2] for line in markdown.splitlines() if line.startswith(("| fused |", "| raw |"))]
+    assert rows_order == [["| fused", "a"], ["| fused", "b"], ["| raw", "a"], ["| raw", "b"]]
     assert f"Graph capture: {genai_run.CAPTURE_ISOLATION}." in markdown
     report.write(document, tmp_path)
     assert (tmp_path / "genai.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

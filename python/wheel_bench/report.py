@@ -530,10 +530,15 @@ def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[s
         "|---|---|---|---|---|---|---|---|---|",
     ]
     outputs = _outputs(document)
-    order = {"fused": 0, "raw": 1}
-    for key, metrics in sorted(
-        by_key.items(), key=lambda kv: (cases[kv[0]]["prompt"], order.get(cases[kv[0]].get("graph", ""), 2), kv[0])
-    ):
+    order = {name: index for index, name in enumerate(("fused", "raw", "off", "on", "a", "b"))}
+
+    def place(key: str) -> tuple[Any, ...]:
+        """Prompt, capture, graph, adapter off before A and B."""
+        case = cases[key]
+        graph, adapter = order.get(case.get("graph", ""), -1), order.get(adapter_label(case), len(order))
+        return (case["prompt"], case["capture"], graph, adapter, key)
+
+    for key, metrics in sorted(by_key.items(), key=lambda kv: place(kv[0])):
         case = cases[key]
         for wheel in (w["id"] for w in document["wheels"]):
             ttft = metrics["ttft_ms"]["wheels"].get(wheel)
