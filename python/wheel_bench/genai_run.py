@@ -79,6 +79,8 @@ def graph_check(setup: EpSetup, model_dir: Path, graph: str, targets: int) -> di
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "optimized.onnx"
         options = setup.session_options()
+        # genai's own session lets shape nodes run on the CPU; the fusion applies to WebGPU nodes only.
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "0")
         options.optimized_model_filepath = str(path)
         # A whole decoder passes protobuf's 2 GiB: its weights go to a file beside it.
         options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.data")

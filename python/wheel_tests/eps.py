@@ -75,7 +75,7 @@ def session_options(ep: EpKind, config: Mapping[str, str] | None = None) -> ort.
 
 
 def make_session(
-    model: bytes | str,
+    model: bytes,
     ep: EpKind,
     *,
     options: ort.SessionOptions | None = None,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from wheel_bench import genai_run
@@ -179,23 +180,42 @@ def test_adapter_activated_after_graph_capture(
 
 
 @pytest.fixture
-def qlora_webgpu(webgpu: eps.EpKind, absent: Callable[[str], NoReturn]) -> eps.EpKind:
-    """A WebGPU EP of a wheel with ``MatMulNBitsQLoRA`` that runs zero-sized adapter defaults, or absent."""
-    if not capabilities.has_qlora_schema():
-        absent(f"no {capabilities.QLORA_OP} in onnxruntime {capabilities.wheel_set()}: nothing to fuse")
+def qlora_webgpu(webgpu: eps.EpKind, tmp_path: Path, absent: Callable[[str], NoReturn]) -> eps.EpKind:
+    """A WebGPU EP that fuses the LoRA model and runs its zero-sized adapter defaults, or absent: the
+    schema alone is not enough, the EP needs the kernel (onnxruntime registers the fusion only then).
+    A build that claims the operator fails instead."""
+    claimed = capabilities.claimed("qlora")
+    if not (capabilities.has_qlora_schema() or claimed):
+        absent(f"no {capabilities.QLORA_OP} in {capabilities.wheel_set()}: nothing to fuse")
+    adapted = genai_model.with_lora("int4", "webgpu")
+    fused = _fused_nodes(webgpu, adapted, "fused", tmp_path)
     refused = _empty_adapters_refused(webgpu, "fp16")
-    assert refused is None, f"a wheel with {capabilities.QLORA_OP} must run empty adapter defaults: {refused}"
+    missing = []
+    if fused == 0:
+        missing.append(f"{webgpu} fuses none of the {len(read_targets(adapted))} projections")
+    if refused is not None:
+        missing.append(f"{webgpu} refuses empty adapter defaults: {refused}")
+    if missing:
+        assert not claimed, f"the build claims {capabilities.QLORA_OP}, but " + "; ".join(missing)
+        absent(f"{capabilities.QLORA_OP} in {capabilities.wheel_set()}, but " + "; ".join(missing))
     return webgpu
 
 
 def _fused_nodes(ep: eps.EpKind, model_dir: Path, graph: str, tmp_path: Path) -> int:
     """MatMulNBitsQLoRA nodes in the graph onnxruntime optimizes from ``model_dir``'s decoder for ``graph``,
-    with the session config entries genai is given for it."""
+    with the session config entries genai is given for it. A genai decoder keeps some nodes on the CPU,
+    as genai's own session does: this session allows that (the fusion applies to WebGPU nodes only)."""
     dump = tmp_path / f"{graph}.onnx"
-    options = eps.session_options(ep, genai_run.session_entries(graph))
+    options = eps.session_options("cpu", genai_run.session_entries(graph))  # without the fallback switch
     options.optimized_model_filepath = str(dump)
     options.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{graph}.data")
-    eps.make_session(str(model_dir / "model.onnx"), ep, options=options)
+    decoder = str(model_dir / "model.onnx")
+    if ep == "plugin":
+        options.add_provider_for_devices(list(eps.plugin_devices()[:1]), {})
+        session = ort.InferenceSession(decoder, options)
+    else:
+        session = ort.InferenceSession(decoder, options, providers=[eps.PROVIDER_NAME[ep], "CPUExecutionProvider"])
+    assert session.get_providers()[0] == eps.PROVIDER_NAME[ep], session.get_providers()
     return sum(n.op_type == capabilities.QLORA_OP for n in onnx.load(str(dump), load_external_data=False).graph.node)
 
 
