@@ -234,3 +234,19 @@ def test_results_written_before_two_adapters_still_report() -> None:
     assert document["summary"]["fused_vs_raw"] == []
     markdown = report.markdown(document)
     assert "| - | on | off | 16 | 8 | A | 1.1 (1.0-1.1) | 10.5 (10.0-11.0) | differs from adapter off |" in markdown
+
+
+def test_no_verdict_where_the_fused_graph_fused_nothing() -> None:
+    """A wheel without the fused operator runs the raw pattern in both graphs: figures, but no verdict."""
+    not_fused = {**CHECKS["fused"], "fused_nodes": 0, "int8_nodes": 8, "ok": False}
+    not_fused["note"] = "fused: 0/4 (absent: this wheel keeps the raw pattern)"
+    fast = _genai_case("fused", "a", [50.0, 50.1, 49.9], [300.0, 301.0, 299.0], "t") | {"graph_check": not_fused}
+    slow = _genai_case("raw", "a", [100.0, 100.1, 99.9], [100.0, 101.0, 99.0], "t")
+    document: dict[str, Any] = {
+        "wheels": [{"id": "A", "label": "stock"}],
+        "host": {"platform": "linux"},
+        "runs": [{"wheel": "A", "round": 1, "cases": [fast, slow]}],
+    }
+    (row,) = report.summarize(document)["fused_vs_raw"]
+    assert row["ttft_ms"]["ratio"] == pytest.approx(0.5)
+    assert row["ttft_ms"]["verdict"] == row["decode_tok_s"]["verdict"] == report.NOT_AS_NAMED

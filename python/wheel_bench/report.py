@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 STATED_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0}
 TIMED_LEVELS = ("ops", "paged")
 """Levels whose cases carry ``samples_ms`` of whole runs (the genai level carries TTFT and tokens/s)."""
+NOT_AS_NAMED = "none: the graphs are not fused and raw"
+"""The fused / raw verdict where a graph check failed (see ``genai_run.graph_check``)."""
 NORM_BUDGET = 1.10
 """The Q/K norm's budget: a node with norm may cost at most 10 % more than without."""
 
@@ -278,6 +280,8 @@ def fused_vs_raw(
                 error = fused.get("error") or cases[raw_key].get("error") or "not measured"
                 out.append(row | {"not_measured": error})
                 continue
+            # A wheel that fused nothing (or a raw graph that fused) has no fusion to judge: figures, no verdict.
+            as_named = row["fused_check"]["ok"] and row["raw_check"]["ok"]
             for metric in ("ttft_ms", "decode_tok_s"):
                 comparison = compare(raw_samples[metric], fused_samples[metric], higher_is_better=metric != "ttft_ms")
                 row[metric] = {
@@ -285,7 +289,7 @@ def fused_vs_raw(
                     "raw": statistics.median(raw_samples[metric]),
                     "ratio": comparison.ratio,
                     "ci": [comparison.ci_low, comparison.ci_high],
-                    "verdict": comparison.verdict.replace("B ", "fused "),
+                    "verdict": comparison.verdict.replace("B ", "fused ") if as_named else NOT_AS_NAMED,
                 }
             row["same_tokens"] = outputs[(wheel, key)] == outputs[(wheel, raw_key)]
             out.append(row)
