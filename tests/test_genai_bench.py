@@ -247,6 +247,9 @@ def test_no_verdict_where_the_fused_graph_fused_nothing() -> None:
         "host": {"platform": "linux"},
         "runs": [{"wheel": "A", "round": 1, "cases": [fast, slow]}],
     }
+    refused = {"level": "genai", "capture": True, "graph_check": not_fused, "error": "capture refused"}
+    for graph in ("fused", "raw"):
+        document["runs"][0]["cases"].append(refused | {"key": f"genai/graph={graph}/capture=on", "graph": graph})
     (row,) = report.summarize(document)["fused_vs_raw"]
     assert row["ttft_ms"]["ratio"] == pytest.approx(0.5)
     assert row["ttft_ms"]["verdict"] == row["decode_tok_s"]["verdict"] == report.NOT_AS_NAMED

@@ -265,7 +265,13 @@ def fused_vs_raw(
         cases = _cases(document, wheel)
         for key, fused in cases.items():
             raw_key = key.replace("graph=fused", "graph=raw")
-            if fused["level"] != "genai" or fused.get("graph") != "fused" or raw_key not in cases:
+            # A model the wheel refused to load has no prompt: it is listed under "Not measured".
+            if (
+                fused["level"] != "genai"
+                or fused.get("graph") != "fused"
+                or raw_key not in cases
+                or "prompt" not in fused
+            ):
                 continue
             row: dict[str, Any] = {
                 "wheel": wheel,
