@@ -72,6 +72,15 @@ def test_fp32_cpu_greedy_equals_torch() -> None:
     assert tokens == expected
 
 
+def test_genai_hands_unknown_session_options_to_onnxruntime_as_config_entries() -> None:
+    """The raw graph rests on it (``optimization.disable_specified_optimizers``): an entry onnxruntime
+    refuses on the CPU EP shows that genai passed it on, not dropped it."""
+    config = og.Config(str(genai_model.genai_model("int4", "cpu")))
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": {eps.FALLBACK_SWITCH: "1"}}}}))
+    with pytest.raises(RuntimeError, match="fallback to CPU EP has been explicitly disabled"):
+        og.Model(config)
+
+
 @pytest.fixture(scope="module")
 def webgpu(request: pytest.FixtureRequest) -> str:
     """A WebGPU EP genai can use here (the plugin is registered with genai), or a skip with the reason."""
