@@ -1,35 +1,64 @@
-"""Model level: TTFT and decode speed of a genai decoder, adapter on or off, graph capture on or off.
+"""Model level: TTFT and decode speed of a genai decoder, fused vs raw LoRA graph on one wheel.
 
-One request: a fresh generator, the adapter activated or not, a prompt of fixed random token ids
-appended (the prefill), then greedy generation to exactly ``prompt + generate`` tokens, every new
-token read back to the host. TTFT is the time from appending the prompt until the first new token
-is on the host; decode speed is the remaining tokens over the time they took.
+One request: a fresh generator, adapter A or B activated or none (off), a prompt of fixed random
+token ids appended (the prefill), then greedy generation to exactly ``prompt + generate`` tokens,
+every new token read back to the host. TTFT is the time from appending the prompt until the first
+new token is on the host; decode speed is the remaining tokens over the time they took.
+
+Graphs: ``fused`` is the model as the wheel optimizes it (``MatMulNBitsQLoRAFusion`` fuses the raw
+INT8 LoRA pattern where the wheel has it); ``raw`` is the same model with that fusion disabled through
+genai's session options (``optimization.disable_specified_optimizers``, a session config entry).
+genai cannot save its optimized graph, so a probe session of this onnxruntime on the same decoder, EP
+and config entry counts the fused nodes of each graph (``graph_check``).
+
+Graph capture with adapters: onnxruntime-genai#2740 (a decode captured with one adapter state is
+replayed after another is activated) is worked around in the open: with capture on, every adapter
+state gets a model (session) of its own, so no captured graph is ever shared between adapter states;
+each case records that in ``capture_isolation``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from wheel_bench import ep
-from wheel_bench.genai_model import ADAPTER_FILE
+from wheel_bench import ep, ops
+from wheel_bench.genai_model import ADAPTER_FILES
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from wheel_bench.ep import EpSetup
 
-ADAPTER_NAME = "bench"
+GRAPHS = ("fused", "raw")
+ADAPTERS = ("off", "a", "b")
+"""Adapter off (zero-sized defaults: the base alone), or one of the two adapters a build writes."""
+FUSION = "MatMulNBitsQLoRAFusion"
+QLORA_OP = "MatMulNBitsQLoRA"
+DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
+CAPTURE_ISOLATION = "one model (session) per adapter state, as onnxruntime-genai#2740 needs"
 
 
-def _model(setup: EpSetup, model_dir: Path, *, capture: bool) -> Any:
+def session_entries(graph: str) -> dict[str, str]:
+    """The session config entries that make ``graph`` (genai passes unknown session options on as these)."""
+    if graph not in GRAPHS:
+        msg = f"unknown graph {graph!r}: use {' or '.join(GRAPHS)}"
+        raise ValueError(msg)
+    return {DISABLE_OPTIMIZERS: FUSION} if graph == "raw" else {}
+
+
+def _model(setup: EpSetup, model_dir: Path, *, graph: str, capture: bool) -> Any:
     import onnxruntime_genai as og  # noqa: PLC0415 - only the model level needs genai
 
     config = og.Config(str(model_dir))
+    entries = session_entries(graph)
+    if entries:
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": entries}}}))
     config.clear_providers()
     if setup.kind != "cpu":
         if setup.kind == "plugin" and "genai" not in ep.registered:
@@ -40,13 +69,50 @@ def _model(setup: EpSetup, model_dir: Path, *, capture: bool) -> Any:
     return og.Model(config)
 
 
-def _request(og: Any, model: Any, adapters: Any, prompt: np.ndarray, generate: int, *, adapter: bool) -> dict[str, Any]:
+def graph_check(setup: EpSetup, model_dir: Path, graph: str, targets: int) -> dict[str, Any]:
+    """Fused and raw-pattern nodes in the graph this onnxruntime optimizes for ``graph``, and whether
+    that is the graph the name promises: ``fused`` with every target fused, ``raw`` with none."""
+    import onnx  # noqa: PLC0415
+
+    config = json.loads((model_dir / "genai_config.json").read_text())
+    decoder = model_dir / config["model"]["decoder"]["filename"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "optimized.onnx"
+        options = setup.session_options()
+        # genai's own session lets shape nodes run on the CPU; the fusion applies to WebGPU nodes only.
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "0")
+        options.optimized_model_filepath = str(path)
+        # A whole decoder passes protobuf's 2 GiB: its weights go to a file beside it.
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.data")
+        options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        for key, value in session_entries(graph).items():
+            options.add_session_config_entry(key, value)
+        import onnxruntime as ort  # noqa: PLC0415 - the worker's own runtime
+
+        session = ort.InferenceSession(str(decoder), sess_options=options, providers=setup.providers())
+        del session
+        nodes = onnx.load(str(path), load_external_data=False).graph.node
+    fused = sum(n.op_type == QLORA_OP for n in nodes)
+    int8 = sum(n.op_type == "MatMulNBits" and any(a.name == "bits" and a.i == 8 for a in n.attribute) for n in nodes)
+    check: dict[str, Any] = {"fused_nodes": fused, "int8_nodes": int8, "targets": targets}
+    if graph == "raw":
+        check["ok"] = fused == 0 and int8 == 2 * targets
+        check["note"] = f"raw: {fused}/{targets} fused with {FUSION} disabled, {int8} INT8 MatMulNBits"
+    else:
+        check["ok"] = fused == targets and int8 == 0
+        check["note"] = f"fused: {fused}/{targets}" + (
+            "" if fused else f" (absent: {'the CPU EP' if setup.kind == 'cpu' else 'this wheel'} keeps the raw pattern)"
+        )
+    return check
+
+
+def _request(og: Any, model: Any, adapters: Any, prompt: np.ndarray, generate: int, *, adapter: str) -> dict[str, Any]:
     params = og.GeneratorParams(model)
     total = len(prompt) + generate
     params.set_search_options(max_length=total, min_length=total, do_sample=False)
     generator = og.Generator(model, params)
-    if adapter:
-        generator.set_active_adapter(adapters, ADAPTER_NAME)
+    if adapter != "off":
+        generator.set_active_adapter(adapters, adapter)
     start = time.perf_counter()
     generator.append_tokens(prompt)
     tokens = [int(generator.get_next_tokens()[0])]
@@ -60,13 +126,36 @@ def _request(og: Any, model: Any, adapters: Any, prompt: np.ndarray, generate: i
         "ttft_ms": (first - start) * 1e3,
         "decode_tok_s": decoded / (end - first) if decoded else float("nan"),
         "tokens": len(tokens),
-        # Greedy output identity: adapter on must differ from adapter off if the adapter applies.
+        # Greedy output identity: adapters must differ from off, and fused must match raw.
         "output_sha256": hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16],
     }
 
 
-def _key(prompt_length: int, *, adapter: bool, capture: bool) -> str:
-    return f"genai/P={prompt_length}/adapter={'on' if adapter else 'off'}/capture={'on' if capture else 'off'}"
+def key(graph: str, prompt_length: int, *, adapter: str, capture: bool) -> str:
+    return f"genai/graph={graph}/P={prompt_length}/adapter={adapter}/capture={'on' if capture else 'off'}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load:
+    """One loaded model and the adapter states it serves, in request order."""
+
+    graph: str
+    capture: bool
+    adapters: tuple[str, ...]
+
+
+def loads(graphs: list[str], capture_modes: list[bool], adapters: list[str], *, round_: int) -> list[Load]:
+    """The models a round loads, in order: per graph and capture mode one model for every adapter state
+    without capture, one per state with it (#2740). Round 2 runs everything in the reverse order."""
+    out = [
+        Load(graph=graph, capture=capture, adapters=(adapter,) if capture else tuple(adapters))
+        for capture in capture_modes
+        for graph in graphs
+        for adapter in (adapters if capture else adapters[:1])
+    ]
+    if round_ % 2 == 0:
+        out = [Load(graph=x.graph, capture=x.capture, adapters=x.adapters[::-1]) for x in reversed(out)]
+    return out
 
 
 def measure(
@@ -76,41 +165,62 @@ def measure(
     prompt_lengths: list[int],
     generate: int,
     capture_modes: list[bool],
+    graphs: list[str],
+    adapters: list[str],
     warmups: int,
     requests: int,
+    round_: int = 1,
 ) -> list[dict[str, Any]]:
-    """Every (capture, prompt length, adapter) case on one loaded model per capture mode."""
+    """Every (graph, capture, prompt length, adapter) case; each graph checked once per run."""
     import onnxruntime_genai as og  # noqa: PLC0415
 
     manifest = json.loads((model_dir / "manifest.json").read_text())
     vocab = int(manifest["shape"]["vocab"])
+    targets = len(manifest["lora_targets"])
+    checks = {graph: graph_check(setup, model_dir, graph, targets) for graph in graphs}
+    empty_refused = ops.empty_weights_refusal(setup.ep) if "off" in adapters else None
+    prompts = {p: np.random.default_rng(p).integers(3, vocab, size=p, dtype=np.int32) for p in prompt_lengths}
     results: list[dict[str, Any]] = []
-    for capture in capture_modes:
+    for load in loads(graphs, capture_modes, adapters, round_=round_):
+        described = {"level": "genai", "graph": load.graph, "capture": load.capture, "graph_check": checks[load.graph]}
+        if load.capture:
+            described["capture_isolation"] = CAPTURE_ISOLATION
+        measured = [a for a in load.adapters if not (a == "off" and empty_refused is not None)]
+        results += [
+            {**described, "key": key(load.graph, p, adapter="off", capture=load.capture), "prompt": p, "adapter": "off"}
+            | {"generate": generate, "error": f"adapter off needs empty-weight MatMulNBits: {empty_refused}"}
+            for p in prompt_lengths
+            if "off" in load.adapters and empty_refused is not None
+        ]
+        if not measured:
+            continue
         start = time.perf_counter()
         try:
-            model = _model(setup, model_dir, capture=capture)
+            model = _model(setup, model_dir, graph=load.graph, capture=load.capture)
         except RuntimeError as exc:
             # Graph capture needs every node on the WebGPU EP; report the refusal as a result.
-            results.append({"level": "genai", "key": f"genai/capture={'on' if capture else 'off'}", "error": str(exc)})
+            case_key = f"genai/graph={load.graph}/capture={'on' if load.capture else 'off'}"
+            results.append({**described, "key": case_key, "error": str(exc)})
             continue
-        adapters = og.Adapters(model)
-        adapters.load(str(model_dir / ADAPTER_FILE), ADAPTER_NAME)
+        lora = og.Adapters(model)
+        for name in measured:
+            if name != "off":
+                lora.load(str(model_dir / ADAPTER_FILES[name]), name)
         load_ms = (time.perf_counter() - start) * 1e3
-        for prompt_length in prompt_lengths:
-            prompt = np.random.default_rng(prompt_length).integers(3, vocab, size=prompt_length, dtype=np.int32)
-            for adapter in (False, True):
-                first = _request(og, model, adapters, prompt, generate, adapter=adapter)
+        for prompt_length in prompt_lengths if round_ % 2 else prompt_lengths[::-1]:
+            prompt = prompts[prompt_length]
+            for adapter in measured:
+                first = _request(og, model, lora, prompt, generate, adapter=adapter)
                 for _ in range(warmups):
-                    _request(og, model, adapters, prompt, generate, adapter=adapter)
-                runs = [_request(og, model, adapters, prompt, generate, adapter=adapter) for _ in range(requests)]
+                    _request(og, model, lora, prompt, generate, adapter=adapter)
+                runs = [_request(og, model, lora, prompt, generate, adapter=adapter) for _ in range(requests)]
                 results.append(
                     {
-                        "level": "genai",
-                        "key": _key(prompt_length, adapter=adapter, capture=capture),
+                        **described,
+                        "key": key(load.graph, prompt_length, adapter=adapter, capture=load.capture),
                         "prompt": prompt_length,
                         "generate": generate,
                         "adapter": adapter,
-                        "capture": capture,
                         "model_load_ms": load_ms,
                         "first_request": first,
                         "ttft_ms": [r["ttft_ms"] for r in runs],
@@ -119,5 +229,5 @@ def measure(
                         "output_sha256": sorted({r["output_sha256"] for r in runs}),
                     }
                 )
-        del adapters, model
+        del lora, model
     return results

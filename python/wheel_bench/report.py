@@ -2,8 +2,9 @@
 
 Op level: per-layer time (t_L / L) and marginal cost per layer ((t_L - t_1) / (L - 1)) with the bytes
 a layer moves and the bandwidth floor. Model level: TTFT and decode tokens/s per case, in the
-layout of the adapter fusion PR's performance table. With two wheels, every figure gets the B/A
-ratio, its bootstrap interval and a verdict. Lavapipe results are labelled as CPU-measured; cold
+layout of the adapter fusion PR's performance table, and fused / raw graph on the same wheel per
+prompt, adapter and capture mode with bootstrap intervals. With two wheels, every figure gets the
+B/A ratio, its bootstrap interval and a verdict. Lavapipe results are labelled as CPU-measured; cold
 first runs (shader compilation) are listed apart from warm ones.
 """
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 STATED_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0}
 TIMED_LEVELS = ("ops", "paged")
 """Levels whose cases carry ``samples_ms`` of whole runs (the genai level carries TTFT and tokens/s)."""
+NOT_AS_NAMED = "none: the graphs are not fused and raw"
+"""The fused / raw verdict where a graph check failed (see ``genai_run.graph_check``)."""
 NORM_BUDGET = 1.10
 """The Q/K norm's budget: a node with norm may cost at most 10 % more than without."""
 
@@ -91,6 +94,7 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
         "rows": rows,
         "ops": _ops_table(document, samples, bandwidth),
         "paged": paged_table(document, samples),
+        "fused_vs_raw": fused_vs_raw(document, samples),
         "cold_vs_warm": _cold_vs_warm(document),
     }
 
@@ -241,6 +245,63 @@ def _budget(interval: list[float]) -> str:
     return "undecided"
 
 
+def adapter_label(case: dict[str, Any]) -> str:
+    """``off``, ``a`` or ``b``; results written before two adapters say on or off."""
+    adapter = case["adapter"]
+    if isinstance(adapter, bool):
+        return "on" if adapter else "off"
+    return str(adapter)
+
+
+def fused_vs_raw(
+    document: dict[str, Any], samples: dict[tuple[str, str], dict[str, list[float]]]
+) -> list[dict[str, Any]]:
+    """Per wheel, prompt, adapter and capture mode: median(fused) / median(raw) of TTFT and decode
+    tokens/s with their bootstrap intervals and verdicts (``compare`` with raw as A), whether both
+    graphs decoded the same greedy tokens, and what each graph's check found."""
+    outputs = _outputs(document)
+    out = []
+    for wheel in (w["id"] for w in document["wheels"]):
+        cases = _cases(document, wheel)
+        for key, fused in cases.items():
+            raw_key = key.replace("graph=fused", "graph=raw")
+            # A model the wheel refused to load has no prompt: it is listed under "Not measured".
+            if (
+                fused["level"] != "genai"
+                or fused.get("graph") != "fused"
+                or raw_key not in cases
+                or "prompt" not in fused
+            ):
+                continue
+            row: dict[str, Any] = {
+                "wheel": wheel,
+                "prompt": fused["prompt"],
+                "adapter": adapter_label(fused),
+                "capture": fused["capture"],
+                "fused_check": fused["graph_check"],
+                "raw_check": cases[raw_key]["graph_check"],
+            }
+            fused_samples, raw_samples = samples.get((wheel, key)), samples.get((wheel, raw_key))
+            if not fused_samples or not raw_samples:
+                error = fused.get("error") or cases[raw_key].get("error") or "not measured"
+                out.append(row | {"not_measured": error})
+                continue
+            # A wheel that fused nothing (or a raw graph that fused) has no fusion to judge: figures, no verdict.
+            as_named = row["fused_check"]["ok"] and row["raw_check"]["ok"]
+            for metric in ("ttft_ms", "decode_tok_s"):
+                comparison = compare(raw_samples[metric], fused_samples[metric], higher_is_better=metric != "ttft_ms")
+                row[metric] = {
+                    "fused": statistics.median(fused_samples[metric]),
+                    "raw": statistics.median(raw_samples[metric]),
+                    "ratio": comparison.ratio,
+                    "ci": [comparison.ci_low, comparison.ci_high],
+                    "verdict": comparison.verdict.replace("B ", "fused ") if as_named else NOT_AS_NAMED,
+                }
+            row["same_tokens"] = outputs[(wheel, key)] == outputs[(wheel, raw_key)]
+            out.append(row)
+    return out
+
+
 def _cold_vs_warm(document: dict[str, Any]) -> list[dict[str, Any]]:
     """First run of each case per round: round 1 compiles shaders cold, round 2 finds them cached."""
     out = []
@@ -369,6 +430,8 @@ def markdown(document: dict[str, Any]) -> str:
     genai_rows = [r for r in summary["rows"] if r["level"] == "genai"]
     if genai_rows:
         lines += _genai_table(document, genai_rows)
+    if summary.get("fused_vs_raw"):
+        lines += _fused_vs_raw_section(summary["fused_vs_raw"])
     ab_rows = [r for r in summary["rows"] if "b_over_a" in r]
     if ab_rows:
         lines += [
@@ -467,24 +530,74 @@ def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[s
     lines = [
         "## Model level (onnxruntime-genai): TTFT and decode",
         "",
-        "Batch 1, greedy, every generated token read back; median (min-max) of all requests.",
+        (
+            "Batch 1, greedy, every generated token read back; median (min-max) of all requests. graph: fused is "
+            "the wheel's own optimized graph, raw the same model with MatMulNBitsQLoRAFusion disabled; adapter off "
+            "runs zero-sized adapter weights (the base alone)."
+        ),
         "",
-        "| adapter | capture | prompt | generated | wheel | TTFT ms | decode tok/s | output |",
-        "|---|---|---|---|---|---|---|---|",
+        "| graph | adapter | capture | prompt | generated | wheel | TTFT ms | decode tok/s | output |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     outputs = _outputs(document)
-    for key, metrics in sorted(by_key.items(), key=lambda kv: (cases[kv[0]]["prompt"], kv[0])):
+    order = {name: index for index, name in enumerate(("fused", "raw", "off", "on", "a", "b"))}
+
+    def place(key: str) -> tuple[Any, ...]:
+        """Prompt, capture, graph, adapter off before A and B."""
+        case = cases[key]
+        graph, adapter = order.get(case.get("graph", ""), -1), order.get(adapter_label(case), len(order))
+        return (case["prompt"], case["capture"], graph, adapter, key)
+
+    for key, metrics in sorted(by_key.items(), key=lambda kv: place(kv[0])):
         case = cases[key]
         for wheel in (w["id"] for w in document["wheels"]):
             ttft = metrics["ttft_ms"]["wheels"].get(wheel)
             decode = metrics["decode_tok_s"]["wheels"].get(wheel)
             lines.append(
-                f"| {'on' if case['adapter'] else 'off'} | {'on' if case['capture'] else 'off'} | {case['prompt']} | "
-                f"{case['generate']} | {wheel} | {_spread(ttft)} | {_spread(decode)} | "
+                f"| {case.get('graph', '-')} | {adapter_label(case)} | {'on' if case['capture'] else 'off'} | "
+                f"{case['prompt']} | {case['generate']} | {wheel} | {_spread(ttft)} | {_spread(decode)} | "
                 f"{_output_note(outputs, wheel, case)} |"
             )
+    isolated = sorted({c["capture_isolation"] for c in cases.values() if c.get("capture_isolation")})
+    lines += ["", *(f"Graph capture: {note}." for note in isolated), ""]
+    return lines
+
+
+def _fused_vs_raw_section(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "## Fused / raw graph on the same wheel",
+        "",
+        (
+            "median(fused) / median(raw) over all requests of both rounds, with its 95 % bootstrap interval; a "
+            "difference inside the spread is no difference. TTFT below 1 and decode above 1 favour the fusion. "
+            "The checks count MatMulNBitsQLoRA nodes in the graph this onnxruntime optimizes with the same "
+            "session config entry (genai cannot save its own)."
+        ),
+        "",
+        (
+            "| wheel | prompt | adapter | capture | TTFT fused/raw (95 %) | verdict | decode fused/raw (95 %) | "
+            "verdict | same tokens | fused graph | raw graph |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["wheel"], r["capture"], r["prompt"], r["adapter"])):
+        head = f"| {r['wheel']} | {r['prompt']} | {r['adapter']} | {_on_off(r['capture'])} |"
+        checks = f"{_check(r['fused_check'])} | {_check(r['raw_check'])} |"
+        if "not_measured" in r:
+            lines.append(f"{head} {r['not_measured']} | | | | | {checks}")
+            continue
+        ttft, decode = r["ttft_ms"], r["decode_tok_s"]
+        lines.append(
+            f"{head} {_interval(ttft['ratio'], ttft['ci'], 3)} | {ttft['verdict']} | "
+            f"{_interval(decode['ratio'], decode['ci'], 3)} | {decode['verdict']} | "
+            f"{'yes' if r['same_tokens'] else 'no'} | {checks}"
+        )
     lines.append("")
     return lines
+
+
+def _check(check: dict[str, Any]) -> str:
+    return f"{check['note']}" + ("" if check["ok"] else " (not as named)")
 
 
 def _outputs(document: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
@@ -492,19 +605,26 @@ def _outputs(document: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = defaultdict(set)
     for run in document["runs"]:
         for case in run["cases"]:
-            out[(run["wheel"], case["key"])] |= set(case.get("output_sha256", []))
+            if "error" not in case:
+                out[(run["wheel"], case["key"])] |= set(case.get("output_sha256", []))
     return out
 
 
 def _output_note(outputs: dict[tuple[str, str], set[str]], wheel: str, case: dict[str, Any]) -> str:
-    """For adapter on: whether the greedy tokens differ from adapter off (they must, if it applies)."""
-    if not case["adapter"]:
-        return "-"
-    off_key = case["key"].replace("adapter=on", "adapter=off")
-    on, off = outputs.get((wheel, case["key"])), outputs.get((wheel, off_key))
-    if not on or not off:
-        return "-"
-    return "same as adapter off" if on == off else "differs from adapter off"
+    """Whether an adapter's greedy tokens differ from adapter off (they must, if it applies), and
+    whether the fused graph decoded the raw graph's tokens."""
+    notes = []
+    on = outputs.get((wheel, case["key"]))
+    if adapter_label(case) != "off":
+        off_key = case["key"].replace(f"adapter={adapter_label(case)}", "adapter=off")
+        off = outputs.get((wheel, off_key))
+        if on and off:
+            notes.append("same as adapter off" if on == off else "differs from adapter off")
+    if case.get("graph") == "fused":
+        raw = outputs.get((wheel, case["key"].replace("graph=fused", "graph=raw")))
+        if on and raw:
+            notes.append("tokens = raw" if on == raw else "tokens differ from raw")
+    return "; ".join(notes) or "-"
 
 
 def _name_wheels(fig: Any, document: dict[str, Any]) -> None:

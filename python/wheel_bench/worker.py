@@ -62,8 +62,11 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             prompt_lengths=genai_plan["prompt_lengths"],
             generate=genai_plan["generate"],
             capture_modes=genai_plan["capture_modes"],
+            graphs=genai_plan.get("graphs", ["fused"]),
+            adapters=genai_plan.get("adapters", ["off", "a"]),
             warmups=plan["warmups"],
             requests=plan["requests"],
+            round_=plan["round"],
         )
     return {
         "wheel": plan["wheel"],

@@ -13,8 +13,6 @@ import shutil
 from importlib.metadata import version
 from pathlib import Path
 
-import numpy as np
-
 from wheel_bench import genai_model as steps
 
 VOCAB = 384
@@ -62,25 +60,21 @@ def genai_model(precision: str, ep: str) -> Path:
     return out
 
 
-LORA_RANK = 32
-
-
 def with_lora(precision: str, ep: str) -> Path:
-    """The builder's model plus a LoRA branch on every o_proj: ``x @ A @ B`` added to its output, A
-    and B graph inputs whose rank-1 zero defaults make the branch a no-op until an adapter overrides
-    them (the builder itself can only bake LoRA weights in)."""
+    """The builder's model plus the raw INT8 LoRA pattern beside every attention and MLP projection
+    (``wheel_bench.genai_model.add_lora_inputs``): zero-sized defaults make it the base model until an
+    adapter overrides them; a wheel with ``MatMulNBitsQLoRA`` fuses it on WebGPU."""
     out = cache_root() / _builder() / f"genai-{precision}-{ep}-lora"
     if (out / "ready").is_file():
         return out
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(genai_model(precision, ep), out, ignore=shutil.ignore_patterns("ready"))
-    targets = steps.add_lora_inputs(out, target="/attn/o_proj/", default_rank=1)
-    (out / "ready").write_text(f"{len(targets)} adapted projections, hidden {targets[0].k}\n")
+    targets = steps.add_lora_inputs(out, target="/layers.")
+    (out / "ready").write_text(f"{len(targets)} adapted projections\n")
     return out
 
 
-def lora_adapter(path: Path, *, layers: int, hidden: int, dtype: type[np.floating], seed: int) -> Path:
-    """A rank-32 ``.onnx_adapter`` for :func:`with_lora` with weights big enough to change greedy tokens."""
-    shapes = [(hidden, hidden)] * layers
-    steps.write_adapter(path, shapes, dtype=np.dtype(dtype).name, rank=LORA_RANK, up_scale=0.2, seed=seed)
-    return path
+def lora_adapter(model_dir: Path, path: Path, *, seed: int) -> Path:
+    """A rank-32 INT8 ``.onnx_adapter`` for :func:`with_lora`'s ``model_dir``, with weights big enough
+    to change greedy tokens; other seeds give other adapters."""
+    return steps.write_adapter(path, steps.read_targets(model_dir), up_scale=0.2, seed=seed)

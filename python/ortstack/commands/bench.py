@@ -54,6 +54,14 @@ def _paged_variants(text: str) -> tuple[str, ...]:
     return _names(text, bench.PAGED_VARIANTS)
 
 
+def _genai_graphs(text: str) -> tuple[str, ...]:
+    return _names(text, bench.GENAI_GRAPHS)
+
+
+def _genai_adapters(text: str) -> tuple[str, ...]:
+    return _names(text, bench.GENAI_ADAPTERS)
+
+
 def _levels(text: str) -> tuple[str, ...]:
     return _names(text, bench.LEVELS)
 
@@ -111,6 +119,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paged-head-size", type=int, help="paged level: head size (default 128)")
     parser.add_argument("--prompts", type=_ints, help="model level: comma list of prompt lengths")
     parser.add_argument("--generate", type=int, help="model level: tokens to generate")
+    parser.add_argument(
+        "--model-shape",
+        choices=bench.MODEL_SHAPES,
+        help="model level: the decoder built (default realistic; --quick: tiny; h200: Llama 3.2 1B's shape, 16 layers)",
+    )
+    parser.add_argument(
+        "--genai-graphs",
+        type=_genai_graphs,
+        help="model level: comma list of fused (the wheel's graph) and raw (MatMulNBitsQLoRAFusion disabled)"
+        " (default fused,raw)",
+    )
+    parser.add_argument(
+        "--genai-adapters",
+        type=_genai_adapters,
+        help="model level: comma list of off (zero-sized adapter weights), a, b (default off,a,b; --quick: off,a)",
+    )
     capture = parser.add_mutually_exclusive_group()
     capture.add_argument(
         "--capture",
@@ -128,10 +152,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: argparse.Namespace, config: Settings) -> int:
+def options_from_args(args: argparse.Namespace, config: Settings) -> bench.BenchOptions:
+    """The bench's options: defaults, then ``--quick``'s small shapes, then what was given."""
     default_wheel = "onnxruntime-webgpu==1.27.0"
     wheels = tuple(args.wheel) or (default_wheel, "onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0")
-    pip_args = install_args(args)
     options = bench.BenchOptions(
         wheels=wheels,
         ep=args.ep,
@@ -140,7 +164,7 @@ def main(args: argparse.Namespace, config: Settings) -> int:
         builder_python=args.builder_python,
         model_dir=args.genai_model.resolve() if args.genai_model else None,
         genai_version=args.genai_version,
-        pip_args=pip_args,
+        pip_args=install_args(args),
         system_site_packages=args.system_site_packages,
         bandwidth_gbs=args.bandwidth_gbs,
         command=("ortstack", *sys.argv[1:]),
@@ -158,6 +182,9 @@ def main(args: argparse.Namespace, config: Settings) -> int:
         "adapter_modes": args.adapter,
         "prompt_lengths": args.prompts,
         "generate": args.generate,
+        "model_shape": args.model_shape,
+        "genai_graphs": args.genai_graphs,
+        "genai_adapters": args.genai_adapters,
         "capture_modes": (False,) if args.no_capture else args.capture,
         "paged_context": args.paged_context,
         "paged_prefill": args.paged_prefill,
@@ -166,7 +193,11 @@ def main(args: argparse.Namespace, config: Settings) -> int:
         "paged_heads": args.paged_heads,
         "paged_head_size": args.paged_head_size,
     }
-    options = bench.replace(options, **{k: v for k, v in overrides.items() if v is not None})
+    return bench.replace(options, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def main(args: argparse.Namespace, config: Settings) -> int:
+    options = options_from_args(args, config)
     paths = bench.run(options, config.env)
     for kind, path in paths.items():
         log.info(f"{kind}: {path}")

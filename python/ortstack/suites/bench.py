@@ -36,6 +36,12 @@ OP_VARIANTS = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8", "lora_int8
 """What ``wheel_bench.ops`` builds (its ``VARIANTS``; that package needs onnx, the orchestrator does not)."""
 PAGED_VARIANTS = ("norm_off", "norm", "norm_unfused")
 """What ``wheel_bench.paged`` builds (its ``VARIANTS``)."""
+GENAI_GRAPHS = ("fused", "raw")
+"""What ``wheel_bench.genai_run`` runs (its ``GRAPHS``): the wheel's own graph, and the fusion disabled."""
+GENAI_ADAPTERS = ("off", "a", "b")
+"""``wheel_bench.genai_run.ADAPTERS``: zero-sized defaults, or one of the model's two adapters."""
+MODEL_SHAPES = ("h200", "realistic", "tiny")
+"""``wheel_bench.genai_model.SHAPES``: h200 is a whole Llama-shaped model for the GPU."""
 LEVELS = ("ops", "genai", "paged")
 DEFAULT_LEVELS = ("ops", "genai")
 """``paged`` is asked for by name: it measures one operator for the Q/K norm work, which the default
@@ -61,6 +67,9 @@ class BenchOptions:
     """Op level, INT8 variants: adapter on, and off (zero-sized adapter weights)."""
     prompt_lengths: tuple[int, ...] = (128, 1024)
     generate: int = 128
+    genai_graphs: tuple[str, ...] = GENAI_GRAPHS
+    """Model level: the fused graph and the raw one (the fusion disabled), on the same wheel."""
+    genai_adapters: tuple[str, ...] = GENAI_ADAPTERS
     paged_context: int = 4096
     """PagedAttention level: tokens in the cache at decode."""
     paged_prefill: int = 1024
@@ -100,6 +109,7 @@ def quick(options: BenchOptions) -> BenchOptions:
         layers=4,
         prompt_lengths=(16,),
         generate=8,
+        genai_adapters=("off", "a"),
         adapter_modes=(True,),
         capture_modes=(False,),
         model_shape="tiny",
@@ -266,6 +276,8 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
             "prompt_lengths": list(options.prompt_lengths),
             "generate": options.generate,
             "capture_modes": list(options.capture_modes),
+            "graphs": list(options.genai_graphs),
+            "adapters": list(options.genai_adapters),
         }
     return plan
 

@@ -1,0 +1,255 @@
+"""The genai level of ``ortstack bench``: fused vs raw graph on one wheel, its options, plan and report.
+
+What runs here without a GPU or onnxruntime-genai: the options as the command line gives them, the
+plan a worker gets, the order a round loads its models in, and the report's arithmetic on a
+document of known samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ortstack.commands import bench as bench_command
+from ortstack.settings import Settings
+from ortstack.suites import bench
+from wheel_bench import genai_model, genai_run, report
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from clirun import RunOrtstack
+
+
+def test_the_orchestrator_offers_what_the_genai_worker_runs() -> None:
+    assert bench.GENAI_GRAPHS == genai_run.GRAPHS
+    assert bench.GENAI_ADAPTERS == genai_run.ADAPTERS
+    assert set(bench.MODEL_SHAPES) == set(genai_model.SHAPES)
+    h200 = genai_model.SHAPES["h200"]
+    # Llama-shaped for the GPU: wide, deep, GQA, a real vocabulary, room for 1,024 + 128 tokens.
+    assert h200.hidden >= 2048
+    assert h200.layers >= 16
+    assert h200.heads > h200.kv_heads
+    assert h200.heads % h200.kv_heads == 0
+    assert h200.vocab >= 32000
+    assert h200.max_length >= 1024 + 128
+    assert h200.hidden % genai_model.BLOCK == h200.intermediate % genai_model.BLOCK == 0
+
+
+def _options(tmp_path: Path, *argv: str) -> bench.BenchOptions:
+    parser = argparse.ArgumentParser()
+    bench_command.add_arguments(parser)
+    config = Settings(
+        stack_file=tmp_path / "stack.toml",
+        cache_dir=tmp_path / "cache",
+        work_dir=tmp_path / "work",
+        dist_dir=tmp_path / "dist",
+        env={},
+    )
+    return bench_command.options_from_args(parser.parse_args(argv), config)
+
+
+def test_genai_options_default_to_the_seeds_protocol_and_the_quick_bench_stays_small(tmp_path: Path) -> None:
+    full = _options(tmp_path)
+    assert full.genai_graphs == ("fused", "raw")
+    assert full.genai_adapters == ("off", "a", "b")
+    assert full.prompt_lengths == (128, 1024)
+    assert full.generate == 128
+    assert full.capture_modes == (False, True)
+    assert (full.warmups, full.requests) == (3, 5)  # ten timed requests over two rounds
+    quick = _options(tmp_path, "--quick")
+    assert quick.model_shape == "tiny"
+    assert quick.genai_adapters == ("off", "a")
+    assert quick.prompt_lengths == (16,)
+    assert quick.generate == 8
+
+
+def test_genai_options_pick_shape_graphs_adapters_and_prompts(tmp_path: Path) -> None:
+    options = _options(
+        tmp_path,
+        "--quick",
+        "--model-shape=h200",
+        "--genai-graphs=raw",
+        "--genai-adapters=off,b",
+        "--prompts=128,1024",
+        "--generate=128",
+        "--capture=on",
+    )
+    assert options.model_shape == "h200"
+    assert options.genai_graphs == ("raw",)
+    assert options.genai_adapters == ("off", "b")
+    assert options.prompt_lengths == (128, 1024)
+    assert options.capture_modes == (True,)
+    plan = bench._plan(options, "A", 2, tmp_path / "model")
+    assert plan["genai"] == {
+        "model_dir": str(tmp_path / "model"),
+        "prompt_lengths": [128, 1024],
+        "generate": 128,
+        "capture_modes": [True],
+        "graphs": ["raw"],
+        "adapters": ["off", "b"],
+    }
+    assert plan["round"] == 2
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--genai-graphs", "fused,unfused"),
+        ("--genai-graphs", "raw,raw"),
+        ("--genai-adapters", "on"),
+        ("--genai-adapters", "a,c"),
+        ("--model-shape", "huge"),
+    ],
+)
+def test_bench_refuses_unknown_genai_graphs_adapters_and_shapes(
+    run_ortstack: RunOrtstack, option: str, value: str
+) -> None:
+    result = run_ortstack("bench", "--ep=cpu", f"{option}={value}")
+    assert result.returncode == 2, result.stderr
+    assert f"argument {option}" in result.stderr, result.stderr
+
+
+def test_a_round_loads_one_model_per_adapter_state_under_capture_and_round_two_reverses() -> None:
+    first = genai_run.loads(["fused", "raw"], [False, True], ["off", "a", "b"], round_=1)
+    assert [(x.graph, x.capture, x.adapters) for x in first] == [
+        ("fused", False, ("off", "a", "b")),
+        ("raw", False, ("off", "a", "b")),
+        ("fused", True, ("off",)),
+        ("fused", True, ("a",)),
+        ("fused", True, ("b",)),
+        ("raw", True, ("off",)),
+        ("raw", True, ("a",)),
+        ("raw", True, ("b",)),
+    ]
+    second = genai_run.loads(["fused", "raw"], [False, True], ["off", "a", "b"], round_=2)
+    assert [(x.graph, x.capture, x.adapters) for x in second] == [
+        (x.graph, x.capture, x.adapters[::-1]) for x in reversed(first)
+    ]
+    assert genai_run.key("raw", 1024, adapter="b", capture=True) == "genai/graph=raw/P=1024/adapter=b/capture=on"
+
+
+CHECKS = {
+    "fused": {"fused_nodes": 4, "int8_nodes": 0, "targets": 4, "ok": True, "note": "fused: 4/4"},
+    "raw": {
+        "fused_nodes": 0,
+        "int8_nodes": 8,
+        "targets": 4,
+        "ok": True,
+        "note": "raw: 0/4 fused with MatMulNBitsQLoRAFusion disabled, 8 INT8 MatMulNBits",
+    },
+}
+
+
+def _genai_case(graph: str, adapter: str, ttft: list[float], decode: list[float], tokens: str) -> dict[str, Any]:
+    case: dict[str, Any] = {
+        "level": "genai",
+        "key": genai_run.key(graph, 128, adapter=adapter, capture=True),
+        "graph": graph,
+    }
+    case |= {"prompt": 128, "generate": 128, "adapter": adapter, "capture": True, "graph_check": CHECKS[graph]}
+    case |= {"capture_isolation": genai_run.CAPTURE_ISOLATION, "first_request": {"ttft_ms": 900.0}}
+    return case | {"ttft_ms": ttft, "decode_tok_s": decode, "output_sha256": [tokens]}
+
+
+def test_fused_over_raw_ratios_intervals_and_token_identity(tmp_path: Path) -> None:
+    spread = [0.0, 0.1, -0.1, 0.2, -0.2]
+    rounds = []
+    for round_ in (1, 2):
+        cases = [
+            _genai_case("fused", "a", [60 + d for d in spread], [175 + d for d in spread], "t-a"),
+            _genai_case("raw", "a", [100 + d for d in spread], [100 + d for d in spread], "t-a"),
+            _genai_case("fused", "b", [50 + d for d in spread], [100.1 + d for d in spread], "t-b-fused"),
+            _genai_case("raw", "b", [50 + d for d in spread], [100 + d for d in spread], "t-b"),
+        ]
+        error = "adapter off needs empty-weight MatMulNBits: the probe died of signal 11"
+        for graph in ("fused", "raw"):
+            off = _genai_case(graph, "off", [], [], "")
+            cases.append(
+                {k: v for k, v in off.items() if k not in {"ttft_ms", "decode_tok_s", "output_sha256"}}
+                | {"error": error}
+            )
+        rounds.append({"wheel": "A", "round": round_, "cases": cases})
+    document: dict[str, Any] = {
+        "wheels": [{"id": "A", "label": "ours"}],
+        "host": {"platform": "linux", "gpus": ["NVIDIA H200"]},
+        "runs": rounds,
+    }
+    rows = {(r["adapter"]): r for r in report.summarize(document)["fused_vs_raw"]}
+    a, b, off = rows["a"], rows["b"], rows["off"]
+    assert a["ttft_ms"]["ratio"] == pytest.approx(0.6)
+    assert a["ttft_ms"]["fused"] == pytest.approx(statistics.median([60 + d for d in spread * 2]))
+    assert a["decode_tok_s"]["ratio"] == pytest.approx(1.75)
+    low, high = a["decode_tok_s"]["ci"]
+    assert low <= 1.75 <= high
+    assert high < 1.8
+    assert a["ttft_ms"]["verdict"] == "fused better"
+    assert a["decode_tok_s"]["verdict"] == "fused better"
+    assert a["same_tokens"] is True
+    # Inside each other's spread: no difference, whatever the ratio says.
+    assert b["ttft_ms"]["verdict"] == b["decode_tok_s"]["verdict"] == "no difference"
+    assert b["same_tokens"] is False
+    assert off["not_measured"].startswith("adapter off needs empty-weight MatMulNBits")
+    assert off["fused_check"] == CHECKS["fused"]
+
+    document |= {"software_adapter": False, "order": [], "options": {"warmups": 3, "requests": 5}, "command": []}
+    for run in document["runs"]:
+        run["environment"] = {"ort_version": "1.32.0", "ep": "webgpu", "ep_kind": "builtin", "has_qlora_schema": True}
+    document["summary"] = report.summarize(document)
+    markdown = report.markdown(document)
+    assert "## Fused / raw graph on the same wheel" in markdown
+    assert (
+        "| A | 128 | a | on | 0.600 (0.598-0.602) | fused better | 1.750 (1.747-1.753) | fused better | yes | "
+        "fused: 4/4 | raw: 0/4 fused with MatMulNBitsQLoRAFusion disabled, 8 INT8 MatMulNBits |"
+    ) in markdown
+    assert "| A | 128 | off | on | adapter off needs empty-weight MatMulNBits" in markdown
+    assert "| fused | b | on | 128 | 128 | A | 50.0 (49.8-50.2) | 100.1 (99.9-100.3) |" in markdown
+    assert "differs from adapter off" not in markdown  # adapter off was not measured: nothing to compare
+    assert "tokens differ from raw" in markdown
+    rows_order = [line.split(" | ")[:2] for line in markdown.splitlines() if line.startswith(("| fused |", "| raw |"))]
+    assert rows_order == [["| fused", "a"], ["| fused", "b"], ["| raw", "a"], ["| raw", "b"]]
+    assert f"Graph capture: {genai_run.CAPTURE_ISOLATION}." in markdown
+    report.write(document, tmp_path)
+    assert (tmp_path / "genai.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_results_written_before_two_adapters_still_report() -> None:
+    """Older genai cases: no graph, adapter as a flag."""
+    old = {"level": "genai", "key": "genai/P=16/adapter=on/capture=off", "prompt": 16, "generate": 8}
+    old |= {"adapter": True, "capture": False, "first_request": {"ttft_ms": 5.0}, "output_sha256": ["x"]}
+    old |= {"ttft_ms": [1.0, 1.1], "decode_tok_s": [10.0, 11.0]}
+    off = old | {"key": "genai/P=16/adapter=off/capture=off", "adapter": False, "output_sha256": ["y"]}
+    document: dict[str, Any] = {
+        "wheels": [{"id": "A", "label": "stock"}],
+        "host": {"platform": "linux"},
+        "runs": [{"wheel": "A", "round": 1, "cases": [old, off]}],
+    }
+    document |= {"software_adapter": False, "order": [], "options": {"warmups": 1, "requests": 2}, "command": []}
+    document["runs"][0]["environment"] = {"ort_version": "1.27.0", "ep": "cpu", "ep_kind": "cpu"}
+    document["runs"][0]["environment"]["has_qlora_schema"] = False
+    document["summary"] = report.summarize(document)
+    assert document["summary"]["fused_vs_raw"] == []
+    markdown = report.markdown(document)
+    assert "| - | on | off | 16 | 8 | A | 1.1 (1.0-1.1) | 10.5 (10.0-11.0) | differs from adapter off |" in markdown
+
+
+def test_no_verdict_where_the_fused_graph_fused_nothing() -> None:
+    """A wheel without the fused operator runs the raw pattern in both graphs: figures, but no verdict."""
+    not_fused = {**CHECKS["fused"], "fused_nodes": 0, "int8_nodes": 8, "ok": False}
+    not_fused["note"] = "fused: 0/4 (absent: this wheel keeps the raw pattern)"
+    fast = _genai_case("fused", "a", [50.0, 50.1, 49.9], [300.0, 301.0, 299.0], "t") | {"graph_check": not_fused}
+    slow = _genai_case("raw", "a", [100.0, 100.1, 99.9], [100.0, 101.0, 99.0], "t")
+    document: dict[str, Any] = {
+        "wheels": [{"id": "A", "label": "stock"}],
+        "host": {"platform": "linux"},
+        "runs": [{"wheel": "A", "round": 1, "cases": [fast, slow]}],
+    }
+    refused = {"level": "genai", "capture": True, "graph_check": not_fused, "error": "capture refused"}
+    for graph in ("fused", "raw"):
+        document["runs"][0]["cases"].append(refused | {"key": f"genai/graph={graph}/capture=on", "graph": graph})
+    (row,) = report.summarize(document)["fused_vs_raw"]
+    assert row["ttft_ms"]["ratio"] == pytest.approx(0.5)
+    assert row["ttft_ms"]["verdict"] == row["decode_tok_s"]["verdict"] == report.NOT_AS_NAMED
