@@ -519,3 +519,16 @@ def test_paged_cases_interleave_request_by_request_in_a_rotated_order() -> None:
     timed = ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
     assert log == [*warmup, *timed]
     assert samples == {name: [1.0] * 4 for name in runners}
+
+
+def test_graph_capture_reaches_the_built_in_ep_through_its_config_entry() -> None:
+    """onnxruntime 1.30.0's binding builds the built-in WebGPU EP from config entries only; a provider
+    option alone asked for capture and got none (the suites' replay check found it)."""
+    from wheel_bench import ep  # noqa: PLC0415 - imports onnxruntime
+
+    key = "ep.webgpuexecutionprovider.enableGraphCapture"
+    setup = ep.EpSetup(ep="webgpu", kind="builtin")
+    with pytest.raises(RuntimeError, match="does not have configuration"):
+        setup.session_options(graph_capture=False).get_session_config_entry(key)
+    assert setup.session_options(graph_capture=True).get_session_config_entry(key) == "1"
+    assert setup.providers(graph_capture=True) == [(ep.WEBGPU, {"enableGraphCapture": "1"})]

@@ -16,6 +16,8 @@ from typing import Any
 
 import onnxruntime as ort
 
+from wheel_tests.eps import BUILTIN_WEBGPU_CONFIG_PREFIX
+
 WEBGPU = "WebGpuExecutionProvider"
 # A plugin library may be registered once per process (with onnxruntime and with genai each).
 registered: set[str] = set()
@@ -40,6 +42,9 @@ class EpSetup:
         if graph_capture:  # a captured graph replays fixed buffers: no memory pattern planning
             options.enable_mem_pattern = False
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        if self.kind == "builtin" and graph_capture:
+            # The built-in EP reads its options from the config entries; 1.30.0 drops provider options.
+            options.add_session_config_entry(BUILTIN_WEBGPU_CONFIG_PREFIX + "enableGraphCapture", "1")
         if self.kind == "plugin":
             provider_options = {"enableGraphCapture": "1"} if graph_capture else {}
             options.add_provider_for_devices([self._plugin_device], provider_options)

@@ -60,6 +60,11 @@ def plugin_devices() -> tuple[Any, ...]:
     return tuple(d for d in ort.get_ep_devices() if d.ep_name == PROVIDER_NAME["plugin"])
 
 
+# onnxruntime's Python binding builds the built-in WebGPU EP from the session's config entries and, in
+# 1.30.0, drops its provider options without a word: {"enableGraphCapture": "1"} alone captures nothing.
+BUILTIN_WEBGPU_CONFIG_PREFIX = "ep.webgpuexecutionprovider."
+
+
 def session_options(ep: EpKind, config: Mapping[str, str] | None = None) -> ort.SessionOptions:
     """Options every suite session on ``ep`` starts from: no silent CPU fallback, no log noise.
 
@@ -99,6 +104,9 @@ def make_session(
         options.add_provider_for_devices(list(devices[:1]), dict(provider_options or {}))
         session = ort.InferenceSession(model, options, disabled_optimizers=list(disabled_optimizers))
     else:
+        if ep == "webgpu":
+            for key, value in (provider_options or {}).items():
+                options.add_session_config_entry(BUILTIN_WEBGPU_CONFIG_PREFIX + key, value)
         session = ort.InferenceSession(
             model,
             options,
