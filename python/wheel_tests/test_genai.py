@@ -14,7 +14,7 @@ fused decode was captured is used on replay (onnxruntime-genai#2740 fails here, 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -46,8 +46,9 @@ def _prompt_ids() -> list[int]:
     return list(tokenizer(PROMPT)["input_ids"])
 
 
-def _genai_greedy(path: Path, ids: list[int], adapter: Path | None = None) -> tuple[list[int], np.ndarray]:
-    model = og.Model(og.Config(str(path)))
+def _greedy_generator(config: Any, ids: list[int], adapter: Path | None) -> Any:
+    """A greedy generator for ``NEW_TOKENS`` after ``ids``, the adapter at ``adapter`` active, the prompt appended."""
+    model = og.Model(config)
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=len(ids) + NEW_TOKENS, do_sample=False)
     generator = og.Generator(model, params)
@@ -56,6 +57,11 @@ def _genai_greedy(path: Path, ids: list[int], adapter: Path | None = None) -> tu
         adapters.load(str(adapter), "adapter")
         generator.set_active_adapter(adapters, "adapter")
     generator.append_tokens(ids)
+    return generator
+
+
+def _genai_greedy(path: Path, ids: list[int], adapter: Path | None = None) -> tuple[list[int], np.ndarray]:
+    generator = _greedy_generator(og.Config(str(path)), ids, adapter)
     first_logits = np.array(generator.get_output("logits"), dtype=np.float64)
     while not generator.is_done():
         generator.generate_next_token()
@@ -234,15 +240,7 @@ def _decode(model_dir: Path, ids: list[int], graph: str, adapter: Path | None) -
     entries = genai_run.session_entries(graph)
     if entries:
         config.overlay(json.dumps({"model": {"decoder": {"session_options": entries}}}))
-    model = og.Model(config)
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(ids) + NEW_TOKENS, do_sample=False)
-    generator = og.Generator(model, params)
-    if adapter is not None:
-        adapters = og.Adapters(model)
-        adapters.load(str(adapter), "adapter")
-        generator.set_active_adapter(adapters, "adapter")
-    generator.append_tokens(ids)
+    generator = _greedy_generator(config, ids, adapter)
     steps = []
     while True:
         logits = np.array(generator.get_output("logits"), dtype=np.float64)
