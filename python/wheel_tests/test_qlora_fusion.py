@@ -148,9 +148,10 @@ def _missing_pattern(ep: eps.EpKind, dtype: type[np.floating], model: bytes, cas
     if refusal is not None:
         assert_refused(lambda: _session(ep, model, level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC), refusal)
         return f"no INT8 QLoRA pattern to fuse: 8-bit MatMulNBits absent on {ep}: {refusal}"
-    if case.opset != models.ONNX_OPSET:
-        # It may predate the opset (or its EP the Transpose version): then there is neither a pattern to
-        # run nor a fusion to check. A wheel with the operator must run it.
+    if case.opset != models.ONNX_OPSET or (case.layout == "transposed" and ep != "cpu"):
+        # It may predate the opset (or its EP the Transpose version), or its EP may have no uint8
+        # Transpose for the block-major adapters: then there is neither a pattern to run nor a fusion
+        # to check. A wheel with the operator must run it (its fusion absorbs the Transposes).
         try:
             _session(ep, model, level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
         except Exception as exc:  # noqa: BLE001 - onnxruntime refuses with several exception types
