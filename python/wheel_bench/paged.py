@@ -41,6 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from wheel_tests import models
 from wheel_tests.paged import rotary_tables
+from wheel_tests.probes import first_line
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -228,10 +229,9 @@ def device_refusal(setup: EpSetup) -> str | None:
     try:
         value = ort.OrtValue.ortvalue_from_numpy(np.zeros(4, np.float16), device, 0)
     except Exception as exc:  # noqa: BLE001 - any refusal is the answer
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return (
-            f"this wheel cannot place OrtValues on the {device} device ({first}); with the caches uploaded every "
-            "run, the time would be the upload's, not the kernel's"
+            f"this wheel cannot place OrtValues on the {device} device ({first_line(exc)}); with the caches "
+            "uploaded every run, the time would be the upload's, not the kernel's"
         )
     if value.device_name().lower() != device:
         return f"an OrtValue asked for on {device} landed on {value.device_name()}"

@@ -65,7 +65,7 @@ def classify(done: subprocess.CompletedProcess[str]) -> ProbeResult:
     return ProbeResult(outcome=data["outcome"], detail=data["detail"])
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """The root cause's first line: ORT's Python layer re-raises an EP failure as a CPU retry's error."""
     while exc.__cause__ is not None:
         exc = exc.__cause__
@@ -259,7 +259,7 @@ def _qlora_capture(ep: str, args: argparse.Namespace) -> tuple[Outcome, str]:
         x_value.update_inplace(xs[0])
         y = ort.OrtValue.ortvalue_from_shape_and_type((args.m, lora.N), dtype, device, 0)
     except Exception as exc:  # noqa: BLE001 - every refusal is a result to report
-        return "error", f"{NO_DEVICE_VALUES} on {device}: {_first_line(exc)}"
+        return "error", f"{NO_DEVICE_VALUES} on {device}: {first_line(exc)}"
     bindings = {"off": session.io_binding(), "on": session.io_binding()}
     for binding in bindings.values():
         binding.bind_ortvalue_input("X", x_value)
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outcome, detail = PROBES[args.probe](args.ep, args)
     except Exception as exc:  # noqa: BLE001 - every refusal is a result to report
-        outcome, detail = "error", _first_line(exc)
+        outcome, detail = "error", first_line(exc)
     print(json.dumps({"outcome": outcome, "detail": detail}))
     return 0
 

@@ -9,7 +9,7 @@ import pytest
 
 from wheel_tests import capabilities, eps, lora, models, reference
 from wheel_tests.capabilities import assert_refused
-from wheel_tests.probes import run_probe
+from wheel_tests.probes import first_line, run_probe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,7 +63,7 @@ def test_adapters_on_off_switching(
         except eps.SilentFallbackError:
             raise
         except Exception as exc:  # noqa: BLE001 - onnxruntime refuses with several exception types
-            absent(f"block-major INT8 adapters unfused on {ep}: {(str(exc).strip().splitlines() or ['?'])[0]}")
+            absent(f"block-major INT8 adapters unfused on {ep}: {first_line(exc)}")
     else:
         session = eps.make_session(model, ep)
     x = lora.activations(m, dtype)

@@ -26,7 +26,7 @@ import pytest
 
 from wheel_tests import capabilities, eps, lora, models, probes, reference
 from wheel_tests.capabilities import assert_refused
-from wheel_tests.probes import NO_DEVICE_VALUES, run_probe
+from wheel_tests.probes import NO_DEVICE_VALUES, first_line, run_probe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -155,7 +155,7 @@ def _missing_pattern(ep: eps.EpKind, dtype: type[np.floating], model: bytes, cas
         try:
             _session(ep, model, level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
         except Exception as exc:  # noqa: BLE001 - onnxruntime refuses with several exception types
-            return f"opset {case.opset} pattern refused on {ep}: {(str(exc).strip().splitlines() or ['?'])[0]}"
+            return f"opset {case.opset} pattern refused on {ep}: {first_line(exc)}"
     return None
 
 
