@@ -275,6 +275,7 @@ def _build(
         "FETCHCONTENT_TRY_FIND_PACKAGE_MODE": "NEVER",
         **({deps.MIRROR_DEFINE: mirror.as_posix()} if tree_plan.mirror_define else {}),
         **toolchain.policy_defines(tools),
+        **toolchain.linker_defines(platform),
         **tools.launcher_defines(),
         **sources.defines,
         **variant_defines,

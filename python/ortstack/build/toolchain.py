@@ -148,6 +148,21 @@ def policy_defines(toolchain: Toolchain) -> dict[str, str]:
     return {"CMAKE_POLICY_VERSION_MINIMUM": POLICY_MINIMUM} if cmake_major(toolchain) >= 4 else {}  # noqa: PLR2004
 
 
+# A toolchain that links the C++ runtime statically (-static-libstdc++, or a GCC built without a shared
+# libstdc++) puts a copy of it into every shared library. A library that exports all it holds, as
+# Dawn's libwebgpu_dawn does, then exports that copy's STB_GNU_UNIQUE symbols (locale ids, guard
+# variables); the dynamic linker binds those process-wide, and the next module built against the
+# system's libstdc++ crashes (`import ml_dtypes` after onnxruntime). Hidden, each copy stays private;
+# where the runtime is linked dynamically no such archive is linked and the flag changes nothing.
+HIDE_STATIC_CXX_RUNTIME = "-Wl,--exclude-libs,libstdc++.a:libsupc++.a"
+
+
+def linker_defines(platform: str) -> dict[str, str]:
+    """Linker flags every onnxruntime build gets on ``platform`` (GNU ld, gold and lld on Linux)."""
+    # The _INIT value: cmake puts $LDFLAGS in front of it, so a user's own linker flags stay.
+    return {"CMAKE_SHARED_LINKER_FLAGS_INIT": HIDE_STATIC_CXX_RUNTIME} if platform == "linux" else {}
+
+
 # What turns the configured tree into a wheel, run by this interpreter (module) or found on PATH.
 # `pip install ./python` gives ortstack without them; `nox -s build` installs them (the "build" group).
 WHEEL_MODULES = {"build": "build", "scikit_build_core": "scikit-build-core"}

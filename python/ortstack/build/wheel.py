@@ -10,6 +10,7 @@ Files are rewritten only when their content changes, so an unchanged project sta
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -22,11 +23,15 @@ import tomli_w
 
 import ortstack
 from ortstack import _run
+from ortstack.build import toolchain
 from ortstack.build.buildinfo import BUILD_INFO_NAME
 from ortstack.errors import BuildError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import Symbol
 
     from ortstack.build.variants import WheelPlan
 
@@ -121,17 +126,62 @@ def check_contents(wheel: Path, plan: WheelPlan) -> None:
                 msg = f"{wheel.name}: {plan.package}/{library} does not export {symbol}, so no onnxruntime can load it"
                 tip = "the tree's sources lack the library's entry points (a tree too old for this variant?)"
                 raise BuildError(msg, tip=tip)
+        for path, name in sorted(members.items()):
+            if path.parts[:1] == (plan.package,) and ".so" in path.suffixes:
+                check_no_exported_cxx_runtime(archive.read(name), f"{wheel.name}: {path}")
+
+
+# Mangled names of the C++ standard library's own entities (std::, its string and stream
+# abbreviations Ss/Sb/Sa/Si/So/Sd), also as guard variables (_ZGV) of their function-local statics.
+CXX_RUNTIME_SYMBOL = re.compile(r"_Z(?:GV)?(?:NK?)?S[tsbaiod]")
+GNU_UNIQUE = 10  # STB_GNU_UNIQUE, which pyelftools names STB_LOOS
+
+
+def check_no_exported_cxx_runtime(elf: bytes, where: str) -> None:
+    """Refuse an ELF library that holds a static C++ runtime and exports it (see
+    ``toolchain.HIDE_STATIC_CXX_RUNTIME``): it crashes the processes that load it beside libstdc++."""
+    if not elf.startswith(b"\x7fELF"):
+        return
+    from elftools.elf.dynamic import DynamicSection  # noqa: PLC0415 - auditwheel's dependency, Linux only
+    from elftools.elf.elffile import ELFFile  # noqa: PLC0415
+
+    file = ELFFile(io.BytesIO(elf))
+    dynamic = file.get_section_by_name(".dynamic")
+    tags = dynamic.iter_tags("DT_NEEDED") if isinstance(dynamic, DynamicSection) else []
+    if any(str(tag.needed).startswith("libstdc++.so") for tag in tags):  # type: ignore[attr-defined]
+        return
+    unique = [
+        symbol.name
+        for symbol in _defined_symbols(file)
+        if symbol.entry.st_info.bind in ("STB_LOOS", GNU_UNIQUE) and CXX_RUNTIME_SYMBOL.match(symbol.name)
+    ]
+    if unique:
+        msg = (
+            f"{where} holds a static C++ runtime and exports {len(unique)} of its unique symbols "
+            f"(e.g. {unique[0]}); they bind process-wide, so a module loaded beside it that uses the system's "
+            "libstdc++ can crash"
+        )
+        tip = (
+            f"ortstack links with {toolchain.HIDE_STATIC_CXX_RUNTIME} on Linux from a build dir's first configure on; "
+            "a build dir configured by an older ortstack keeps its flags: delete it and build again"
+        )
+        raise BuildError(msg, tip=tip)
+
+
+def _defined_symbols(file: ELFFile) -> list[Symbol]:
+    from elftools.elf.sections import SymbolTableSection  # noqa: PLC0415 - auditwheel's dependency, Linux only
+
+    table = file.get_section_by_name(".dynsym")
+    if not isinstance(table, SymbolTableSection):
+        return []
+    return [symbol for symbol in table.iter_symbols() if symbol["st_shndx"] != "SHN_UNDEF"]
 
 
 def _exported_symbols(elf: bytes) -> set[str]:
     """The names an ELF shared library defines in its dynamic symbol table."""
-    from elftools.elf.elffile import ELFFile  # noqa: PLC0415 - auditwheel's dependency, needed on Linux only
-    from elftools.elf.sections import SymbolTableSection  # noqa: PLC0415
+    from elftools.elf.elffile import ELFFile  # noqa: PLC0415 - auditwheel's dependency, Linux only
 
-    table = ELFFile(io.BytesIO(elf)).get_section_by_name(".dynsym")
-    if not isinstance(table, SymbolTableSection):
-        return set()
-    return {symbol.name for symbol in table.iter_symbols() if symbol["st_shndx"] != "SHN_UNDEF"}
+    return {symbol.name for symbol in _defined_symbols(ELFFile(io.BytesIO(elf)))}
 
 
 def repair(wheel: Path, out_dir: Path, env: Mapping[str, str]) -> Path:

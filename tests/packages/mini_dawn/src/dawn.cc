@@ -21,3 +21,13 @@ extern "C" const char* wgpuMiniDawnDescription(void) {
   return "mini_dawn 1.0 (static)";
 #endif
 }
+
+#include <sstream>
+
+// Formats through the C++ runtime's locale machinery, as real Dawn does, so a statically linked
+// runtime brings its unique symbols (locale ids, guard variables) into the library.
+extern "C" int wgpuMiniDawnFormattedLength(int value) {
+  std::ostringstream out;
+  out << value;
+  return static_cast<int>(out.str().size());
+}
