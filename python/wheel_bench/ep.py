@@ -58,12 +58,22 @@ class EpSetup:
         return None  # the plugin device is set on the session options
 
     def session(
-        self, model: bytes | str, *, graph_capture: bool = False, disabled_optimizers: list[str] | None = None
+        self,
+        model: bytes | str,
+        *,
+        graph_capture: bool = False,
+        disabled_optimizers: list[str] | None = None,
+        profile_prefix: str | None = None,
     ) -> ort.InferenceSession:
-        """A session on the chosen EP; ``disabled_optimizers`` names graph transformers to leave out."""
+        """A session on the chosen EP; ``disabled_optimizers`` names graph transformers to leave out;
+        ``profile_prefix``: onnxruntime's profiler on, its file named from that prefix."""
+        options = self.session_options(graph_capture=graph_capture)
+        if profile_prefix is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = profile_prefix
         session = ort.InferenceSession(
             model,
-            sess_options=self.session_options(graph_capture=graph_capture),
+            sess_options=options,
             providers=self.providers(graph_capture=graph_capture),
             disabled_optimizers=disabled_optimizers or [],
         )

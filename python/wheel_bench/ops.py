@@ -39,6 +39,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from wheel_bench import gpu_time
 from wheel_bench.genai_model import export_adapter
 
 if TYPE_CHECKING:
@@ -208,12 +209,14 @@ def fusion(setup: EpSetup, case: OpCase, model: bytes) -> tuple[int, str]:
 
 
 def _runner(
-    setup: EpSetup, case: OpCase, model: bytes, x: np.ndarray, run_options: Any
+    setup: EpSetup, case: OpCase, model: bytes, x: np.ndarray, run_options: Any, *, profile_prefix: str | None = None
 ) -> tuple[Any, Callable[[], np.ndarray]]:
     """The session of ``case`` and one request: upload ``x``, run, read the output back."""
     import onnxruntime as ort  # noqa: PLC0415 - the worker's own runtime
 
-    session = setup.session(model, graph_capture=case.capture, disabled_optimizers=case.disabled_optimizers)
+    session = setup.session(
+        model, graph_capture=case.capture, disabled_optimizers=case.disabled_optimizers, profile_prefix=profile_prefix
+    )
     if not case.capture:
         return session, lambda: np.asarray(session.run(None, {"x": x}, run_options)[0])
     # Replay re-issues the buffers recorded at capture: bind fixed device buffers, update them in place.
@@ -331,7 +334,30 @@ def _measure(setup: EpSetup, case: OpCase, *, warmups: int, requests: int) -> di
     }
     if case.variant in INT8_VARIANTS:
         result["fused_nodes"], result["fusion"] = fusion(setup, case, model)
+    result["gpu"] = _gpu_times(setup, case, model, x, run_options, warmups=warmups, requests=requests)
     return result
+
+
+def _gpu_times(
+    setup: EpSetup, case: OpCase, model: bytes, x: np.ndarray, run_options: Any, *, warmups: int, requests: int
+) -> dict[str, Any]:
+    """The case's dispatches timed on the GPU (``gpu_time``), or why not."""
+    if setup.kind == "cpu":
+        return {"error": "the CPU EP has no GPU dispatches"}
+    if case.capture:
+        return {"error": "the WebGPU EP does not time a captured graph's replays"}
+    skip = 1 + warmups  # the first run compiles pipelines
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            times = gpu_time.profile_runs(
+                lambda prefix: _runner(setup, case, model, x, run_options, profile_prefix=prefix),
+                Path(tmp) / "profile",
+                runs=skip + requests,
+                skip=skip,
+            )
+        except gpu_time.NoKernelTimes as exc:
+            return {"error": str(exc)}
+    return times.as_dict()
 
 
 def cases(

@@ -131,8 +131,10 @@ def _ops_table(
             variant, m, k, adapter, capture = group
             base = medians.get(("base", m, k, True, capture))
             case = chains[group][max(chains[group])]
+            base_case = chains.get(("base", m, k, True, capture), {}).get(case["layers"])
             nbytes = case["bytes_per_layer"]
             x_base = compare(base[2], long_samples, higher_is_better=False) if base and variant != "base" else None
+            gpu = _gpu_figures(case, base_case if variant != "base" else None)
             out.append(
                 {
                     "wheel": wheel,
@@ -151,9 +153,32 @@ def _ops_table(
                     "floor_us": nbytes / (bandwidth * 1e9) * 1e6 if bandwidth else None,
                     "fused_nodes": case.get("fused_nodes"),
                     "fusion": case.get("fusion"),
+                    **gpu,
                 }
             )
     return out
+
+
+def _gpu_figures(case: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+    """GPU µs per layer of a chain (median over its profiled runs / L) with its interval, the ratio
+    to base's with its interval, and each kernel's µs per layer; or why there are none."""
+    gpu = case.get("gpu") or {"error": "not measured (a result from before GPU timing)"}
+    if "error" in gpu:
+        return {"gpu_error": gpu["error"]}
+    layers = case["layers"]
+    runs = gpu["run_us"]
+    figures: dict[str, Any] = {
+        "gpu_us": statistics.median(runs) / layers,
+        "gpu_ci_us": list(bootstrap_interval(lambda c: statistics.median(c[0]) / layers, [runs])),
+        "gpu_kernels_us": {name: us / layers for name, us in gpu["by_program"].items()},
+    }
+    base_runs = ((base or {}).get("gpu") or {}).get("run_us")
+    if base_runs:
+        figures["gpu_x_base"] = ratio(statistics.median(runs), statistics.median(base_runs))
+        figures["gpu_x_base_ci"] = list(
+            bootstrap_interval(lambda c: ratio(statistics.median(c[0]), statistics.median(c[1])), [runs, base_runs])
+        )
+    return figures
 
 
 def paged_table(
@@ -405,26 +430,32 @@ def markdown(document: dict[str, Any]) -> str:
             (
                 f"µs per layer = median run time / L; marginal = (t_L - t_1)/(L - 1); {floor_note}. x base: ratio of "
                 "medians to `base` of the same wheel, M and capture mode, with its 95 % bootstrap interval; "
-                "adapter off: zero-sized adapter weights."
+                "adapter off: zero-sized adapter weights. GPU µs: the chain's dispatches timed by the WebGPU EP's "
+                "profiler (timestamp queries) in a profiled session of their own, per layer, median over its runs "
+                "with a 95 % bootstrap interval; none with capture on (replays are not timed) or on the CPU EP."
             ),
             "",
             (
                 "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) | marginal µs | x base | "
-                "MB/layer | floor µs | fused |"
+                "GPU µs (95 %) | GPU x base (95 %) | MB/layer | floor µs | fused |"
             ),
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
+        ordered = sorted(
+            summary["ops"],
+            key=lambda r: (r["m"], r.get("capture", False), r["variant"], not r.get("adapter", True), r["wheel"]),
+        )
         lines += [
             f"| {r['wheel']} | {r['variant']} | {r['m']} | {_on_off(r.get('adapter', True))} | "
             f"{_on_off(r.get('capture', False))} | {_fmt(r['per_layer_us'])} | {_ratio(r)} | "
-            f"{_fmt(r['marginal_us'])} | {_fmt(r['marginal_x_base'], 2)} | {r['bytes_per_layer'] / 1e6:.2f} | "
+            f"{_fmt(r['marginal_us'])} | {_fmt(r['marginal_x_base'], 2)} | "
+            f"{_interval(r.get('gpu_us'), r.get('gpu_ci_us'), 1)} | "
+            f"{_interval(r.get('gpu_x_base'), r.get('gpu_x_base_ci'), 3)} | {r['bytes_per_layer'] / 1e6:.2f} | "
             f"{_fmt(r['floor_us'], 2)} | {_fused(r)} |"
-            for r in sorted(
-                summary["ops"],
-                key=lambda r: (r["m"], r.get("capture", False), r["variant"], not r.get("adapter", True), r["wheel"]),
-            )
+            for r in ordered
         ]
         lines.append("")
+        lines += _kernel_lines(ordered)
     if summary.get("paged"):
         lines += _paged_section(document)
     genai_rows = [r for r in summary["rows"] if r["level"] == "genai"]
@@ -471,6 +502,28 @@ def markdown(document: dict[str, Any]) -> str:
     ]
     lines += [f"| {r['wheel']} | {r['round']} | {r['key']} | {_fmt(r['first_ms'])} |" for r in summary["cold_vs_warm"]]
     return "\n".join(lines) + "\n"
+
+
+def _kernel_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Each kernel's GPU µs per layer, and why a row has no GPU figures."""
+    timed = [r for r in rows if r.get("gpu_kernels_us")]
+    untimed = sorted({r["gpu_error"] for r in rows if r.get("gpu_error")})
+    lines = []
+    if timed:
+        lines += [
+            "GPU µs per layer by kernel (`op_type&program`, median per run / L):",
+            "",
+            "| wheel | variant | M | adapter | kernel | GPU µs |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['wheel']} | {r['variant']} | {r['m']} | {_on_off(r.get('adapter', True))} | `{name}` | {_fmt(us)} |"
+            for r in timed
+            for name, us in r["gpu_kernels_us"].items()
+        ]
+        lines.append("")
+    lines += [f"No GPU time: {reason}." for reason in untimed]
+    return [*lines, ""] if untimed else lines
 
 
 def _interval(value: float | None, interval: list[float] | None, digits: int) -> str:

@@ -1,0 +1,94 @@
+"""GPU time from the WebGPU EP's profile: events cut into runs, the compiling runs dropped, reported.
+
+The events have the shape onnxruntime's WebGPU EP writes (``WebGpuContext::CollectProfilingData``):
+one per dispatch, ``node&op_type&program``, ``dur`` in µs, ``args.cache_key``; the session's own
+events (no cache key) are not dispatches.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from wheel_bench import gpu_time, report
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _dispatch(node: str, program: str, dur: int) -> dict[str, Any]:
+    return {"cat": "Api", "name": f"{node}&MatMulNBits&{program}", "dur": dur, "args": {"cache_key": program}}
+
+
+def _profile(tmp_path: Path, runs: list[list[int]]) -> Path:
+    """A profile of runs of a two-layer chain: each run's durations for (quantize, matmul) x 2 layers."""
+    events: list[dict[str, Any]] = [{"cat": "Session", "name": "model_loading_array", "dur": 900, "args": {}}]
+    for run in runs:
+        events.append({"cat": "Session", "name": "model_run", "dur": 5000, "args": {}})
+        for layer in range(2):
+            events.append(_dispatch(f"w{layer}", "DP4AMatMulQuantize", run[2 * layer]))
+            events.append(_dispatch(f"w{layer}", "DP4AMatMulNBits", run[2 * layer + 1]))
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(events), encoding="utf-8")
+    return path
+
+
+def test_runs_are_cut_by_count_and_the_compiling_runs_dropped(tmp_path: Path) -> None:
+    profile = _profile(tmp_path, [[800_000, 900_000, 5, 60], [2, 40, 2, 40], [3, 50, 1, 30], [2, 60, 2, 50]])
+    times = gpu_time.per_run(gpu_time.kernel_events(profile), 4, skip=1)
+    assert times.dispatches == 4
+    assert times.run_us == [84.0, 84.0, 114.0]
+    assert times.by_program == {"MatMulNBits&DP4AMatMulNBits": 80.0, "MatMulNBits&DP4AMatMulQuantize": 4.0}
+
+
+def test_a_profile_without_dispatches_or_with_uneven_runs_says_why(tmp_path: Path) -> None:
+    with pytest.raises(gpu_time.NoKernelTimes, match="no GPU dispatch events"):
+        gpu_time.per_run(gpu_time.kernel_events(_profile(tmp_path, [])), 3, skip=1)
+    events = gpu_time.kernel_events(_profile(tmp_path, [[1, 2, 3, 4], [1, 2, 3, 4]]))
+    with pytest.raises(gpu_time.NoKernelTimes, match="8 dispatch events do not split into 3 equal runs"):
+        gpu_time.per_run(events, 3, skip=1)
+
+
+def _case(variant: str, layers: int, runs: list[float] | None, *, error: str | None = None) -> dict[str, Any]:
+    gpu: dict[str, Any] = {"error": error} if error else {"run_us": runs, "by_program": {"k": 40.0}, "dispatches": 2}
+    return {
+        "level": "ops",
+        "variant": variant,
+        "m": 1,
+        "k": 64,
+        "layers": layers,
+        "adapter": True,
+        "capture": False,
+        "bytes_per_layer": 1000,
+        "samples_ms": [1.0, 1.1, 1.2],
+        "first_run_ms": 9.0,
+        "gpu": gpu,
+    }
+
+
+def test_the_op_table_gives_gpu_time_per_layer_and_its_ratio_to_base() -> None:
+    cases = {
+        "base/L=2": _case("base", 2, [100.0, 102.0, 98.0]),
+        "base/L=1": _case("base", 1, [50.0, 51.0, 49.0]),
+        "lora_int8/L=2": _case("lora_int8", 2, [150.0, 153.0, 147.0]),
+        "lora_int8/L=1": _case("lora_int8", 1, None, error="the WebGPU EP does not time a captured graph's replays"),
+    }
+    document = {
+        "host": {},
+        "wheels": [{"id": "A"}],
+        "runs": [{"wheel": "A", "round": 1, "cases": [{"key": k, **c} for k, c in cases.items()]}],
+    }
+    summary = report.summarize(document)
+    rows = {r["variant"]: r for r in summary["ops"]}
+    assert rows["base"]["gpu_us"] == pytest.approx(50.0)
+    assert rows["lora_int8"]["gpu_us"] == pytest.approx(75.0)
+    assert rows["lora_int8"]["gpu_x_base"] == pytest.approx(1.5)
+    low, high = rows["lora_int8"]["gpu_x_base_ci"]
+    assert low <= 1.5 <= high
+    assert rows["lora_int8"]["gpu_kernels_us"] == {"k": 20.0}
+    assert "gpu_error" not in rows["lora_int8"]
+    lines = report._kernel_lines(summary["ops"])
+    assert "| A | lora_int8 | 1 | on | `k` | 20.0 |" in lines
+    assert "No GPU time" not in "\n".join(lines)
