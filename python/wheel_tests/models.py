@@ -52,12 +52,12 @@ def _tensor(name: str, array: npt.NDArray[np.generic]) -> onnx.TensorProto:
 
 
 def _nbits_node(
-    name: str, a: str, w: QuantizedWeight, out: str, *, bias: str = "", zero_points: str = ""
+    name: str, a: str, w: QuantizedWeight, out: str, *, bias: str = "", zero_points: str = "", accuracy_level: int = 0
 ) -> onnx.NodeProto:
     inputs = [a, f"{name}.B", f"{name}.scales", zero_points, "", bias]
     while inputs and not inputs[-1]:
         inputs.pop()
-    return helper.make_node(
+    node = helper.make_node(
         "MatMulNBits",
         inputs,
         [out],
@@ -68,6 +68,9 @@ def _nbits_node(
         bits=w.bits,
         block_size=w.block,
     )
+    if accuracy_level:
+        node.attribute.append(helper.make_attribute("accuracy_level", accuracy_level))
+    return node
 
 
 def _nbits_initializers(name: str, w: QuantizedWeight) -> list[onnx.TensorProto]:
@@ -141,6 +144,8 @@ class QloraSpec:
     """X of shape (batch, M, K) instead of (M, K)."""
     opset: int = ONNX_OPSET
     """The default-domain opset: which Transpose version a transposed layout uses (13, 21, 23, 24)."""
+    accuracy_level: int = 0
+    """The base projection's: 4 lets onnxruntime quantize X to INT8 for a DP4A base kernel, as built models do."""
 
 
 def adapter_tensors(spec: QloraSpec, adapter: LoraWeights) -> dict[str, npt.NDArray[np.generic]]:
@@ -218,7 +223,13 @@ def qlora(spec: QloraSpec, base: QuantizedWeight, *, bias: FloatArray | None = N
     zero_points = "base.zero_points" if base.zero_points is not None else ""
     nodes = [
         _nbits_node(
-            "base", "X", base, "base_out", zero_points=zero_points, bias="base.bias" if bias is not None else ""
+            "base",
+            "X",
+            base,
+            "base_out",
+            zero_points=zero_points,
+            bias="base.bias" if bias is not None else "",
+            accuracy_level=spec.accuracy_level,
         )
     ]
     initializers = _nbits_initializers("base", base)

@@ -76,6 +76,8 @@ class Case:
     base_bias: bool = False
     layout: models.Layout = "original"
     opset: int = models.ONNX_OPSET
+    n: int = lora.N
+    accuracy_level: int = 0
 
 
 def _case(dtype: type[np.floating], case: Case, name: str) -> ParameterSet:
@@ -87,31 +89,48 @@ def _case(dtype: type[np.floating], case: Case, name: str) -> ParameterSet:
 # base with a bias (with and without zero points: neither runs the single-dispatch decode kernel), the
 # INT8 adapters stored block-major behind Transposes (Transpose-13, the pre-23 form, and Transpose-23/24,
 # whose newer since-versions a fusion must also absorb), and M = 1024 (a few: slow on lavapipe).
-CASES = [
-    _case(dtype, case, name)
-    for dtype in (np.float32, np.float16)
-    for case, name in (
-        (Case(m=1), "2d-decode"),
-        (Case(m=16), "2d-prefill"),
-        (Case(m=1, batch=BATCH), f"batch{BATCH}-decode"),
-        (Case(m=16, batch=BATCH), f"batch{BATCH}-prefill"),
-        (Case(m=1, base_zero_points=True), "2d-decode-base-zp"),
-        (Case(m=16, base_zero_points=True), "2d-prefill-base-zp"),
-    )
-] + [
-    _case(np.float32, Case(m=1, base_bias=True), "2d-decode-base-bias"),
-    _case(np.float16, Case(m=16, base_bias=True), "2d-prefill-base-bias"),
-    _case(np.float16, Case(m=1, base_bias=True, base_zero_points=True), "2d-decode-base-bias-zp"),
-    _case(np.float32, Case(m=16, base_bias=True, base_zero_points=True), "2d-prefill-base-bias-zp"),
-    _case(np.float32, Case(m=1, layout="transposed", opset=13), "transposed-opset13-decode"),
-    _case(np.float16, Case(m=16, layout="transposed", opset=13), "transposed-opset13-prefill"),
-    _case(np.float16, Case(m=1, layout="transposed", opset=23), "transposed-opset23-decode"),
-    _case(
-        np.float32, Case(m=16, batch=BATCH, layout="transposed", opset=24), f"batch{BATCH}-transposed-opset24-prefill"
-    ),
-    _case(np.float16, Case(m=1024), "2d-m1024"),
-    _case(np.float32, Case(m=1024, base_bias=True, layout="transposed"), "2d-m1024-base-bias-transposed"),
-]
+CASES = (
+    [
+        _case(dtype, case, name)
+        for dtype in (np.float32, np.float16)
+        for case, name in (
+            (Case(m=1), "2d-decode"),
+            (Case(m=16), "2d-prefill"),
+            (Case(m=1, batch=BATCH), f"batch{BATCH}-decode"),
+            (Case(m=16, batch=BATCH), f"batch{BATCH}-prefill"),
+            (Case(m=1, base_zero_points=True), "2d-decode-base-zp"),
+            (Case(m=16, base_zero_points=True), "2d-prefill-base-zp"),
+        )
+    ]
+    + [
+        _case(np.float32, Case(m=1, base_bias=True), "2d-decode-base-bias"),
+        _case(np.float16, Case(m=16, base_bias=True), "2d-prefill-base-bias"),
+        _case(np.float16, Case(m=1, base_bias=True, base_zero_points=True), "2d-decode-base-bias-zp"),
+        _case(np.float32, Case(m=16, base_bias=True, base_zero_points=True), "2d-prefill-base-bias-zp"),
+        _case(np.float32, Case(m=1, layout="transposed", opset=13), "transposed-opset13-decode"),
+        _case(np.float16, Case(m=16, layout="transposed", opset=13), "transposed-opset13-prefill"),
+        _case(np.float16, Case(m=1, layout="transposed", opset=23), "transposed-opset23-decode"),
+        _case(
+            np.float32,
+            Case(m=16, batch=BATCH, layout="transposed", opset=24),
+            f"batch{BATCH}-transposed-opset24-prefill",
+        ),
+        _case(np.float16, Case(m=1024), "2d-m1024"),
+        _case(np.float32, Case(m=1024, base_bias=True, layout="transposed"), "2d-m1024-base-bias-transposed"),
+    ]
+    + [
+        # Accuracy level 4 with N a multiple of 16: the base runs onnxruntime's DP4A kernels, and from 4 rows on
+        # its tiled kernel, which adds the fused up projection in its output stage. M and N leave partial tiles.
+        _case(np.float16, Case(m=70, n=lora.N_TILED, accuracy_level=4), "2d-m70-dp4a-tiled"),
+        _case(
+            np.float32,
+            Case(m=1024, n=lora.N_TILED, accuracy_level=4, base_bias=True, base_zero_points=True),
+            "2d-m1024-dp4a-tiled-base-bias-zp",
+        ),
+        _case(np.float16, Case(m=16, batch=BATCH, n=lora.N_TILED, accuracy_level=4), f"batch{BATCH}-dp4a-tiled"),
+        _case(np.float32, Case(m=1, n=lora.N_TILED, accuracy_level=4), "2d-decode-dp4a-n336"),
+    ]
+)
 
 
 def _attribute(node: onnx.NodeProto, name: str) -> int | None:
@@ -185,10 +204,17 @@ def test_qlora_fusion(
     absent: Callable[[str], NoReturn],
 ) -> None:
     spec = lora.spec(
-        dtype, "int8", defaults=_defaults(ep), batched=case.batch is not None, layout=case.layout, opset=case.opset
+        dtype,
+        "int8",
+        n=case.n,
+        defaults=_defaults(ep),
+        batched=case.batch is not None,
+        layout=case.layout,
+        opset=case.opset,
+        accuracy_level=case.accuracy_level,
     )
-    base = lora.base_weight(dtype, zero_points=case.base_zero_points)
-    bias = lora.base_bias(dtype) if case.base_bias else None
+    base = lora.base_weight(dtype, zero_points=case.base_zero_points, n=case.n)
+    bias = lora.base_bias(dtype, case.n) if case.base_bias else None
     model = models.qlora(spec, base, bias=bias)
     fusion_expected = (capabilities.has_qlora_schema() or capabilities.claimed("qlora")) and ep != "cpu"
     if not fusion_expected:
@@ -230,9 +256,9 @@ def test_qlora_fusion(
     for state in ("off", "full", "off", "down", "full", "up"):
         outputs = {name: lora.run(s, x, adapters[state]) for name, s in sessions.items()}
         for name, y in outputs.items():
-            reference.assert_close(y, expected[state], dtype=dtype)
+            reference.assert_close(y, expected[state], dtype=dtype, quantized_x=case.accuracy_level == 4)
             reference.assert_close(y, outputs["unfused"].astype(np.float64), dtype=dtype)
-            assert y.shape == (*x.shape[:-1], lora.N), name
+            assert y.shape == (*x.shape[:-1], case.n), name
         if fusion_expected:
             # auto runs fuse_down for one row per matrix (decode, whatever the batch), else fuse_up:
             # the same dispatches, so the same bits.
