@@ -92,3 +92,42 @@ def test_the_op_table_gives_gpu_time_per_layer_and_its_ratio_to_base() -> None:
     lines = report._kernel_lines(summary["ops"])
     assert "| A | lora_int8 | 1 | on | `k` | 20.0 |" in lines
     assert "No GPU time" not in "\n".join(lines)
+
+
+def _paged(variant: str, layers: int, runs: list[float]) -> dict[str, Any]:
+    return {
+        "level": "paged",
+        "phase": "decode",
+        "variant": variant,
+        "layers": layers,
+        "new_tokens": 1,
+        "past": 64,
+        "num_heads": 4,
+        "kv_heads": 2,
+        "head_size": 16,
+        "samples_ms": [1.0 + 0.1 * layers, 1.1 + 0.1 * layers, 1.2 + 0.1 * layers],
+        "first_run_ms": 9.0,
+        "cache_in_place": True,
+        "gpu": {"run_us": runs, "by_program": {"PagedAttention&Norm": 8.0}, "dispatches": 3},
+    }
+
+
+def test_the_paged_table_gives_the_norms_gpu_time_against_norm_off() -> None:
+    cases = {
+        "off/L=4": _paged("norm_off", 4, [400.0, 404.0, 396.0]),
+        "off/L=1": _paged("norm_off", 1, [100.0, 101.0, 99.0]),
+        "norm/L=4": _paged("norm", 4, [420.0, 424.0, 416.0]),
+        "norm/L=1": _paged("norm", 1, [105.0, 106.0, 104.0]),
+    }
+    document = {
+        "host": {},
+        "wheels": [{"id": "A"}],
+        "runs": [{"wheel": "A", "round": 1, "cases": [{"key": k, **c} for k, c in cases.items()]}],
+    }
+    rows = {r["variant"]: r for r in report.summarize(document)["paged"]}
+    assert rows["norm_off"]["gpu_us"] == pytest.approx(100.0)
+    assert rows["norm"]["gpu_us"] == pytest.approx(105.0)
+    assert rows["norm"]["gpu_x_base"] == pytest.approx(1.05)
+    assert "gpu_x_base" not in rows["norm_off"]
+    lines = report._kernel_lines(list(rows.values()), columns=("phase", "variant"))
+    assert "| A | decode | norm | `PagedAttention&Norm` | 2.0 |" in lines

@@ -31,20 +31,23 @@ import contextlib
 import math
 import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from wheel_bench import gpu_time
 from wheel_tests import models
 from wheel_tests.paged import rotary_tables
 from wheel_tests.probes import first_line
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from wheel_bench.ep import EpSetup
 
@@ -233,8 +236,10 @@ def device_refusal(setup: EpSetup) -> str | None:
             f"this wheel cannot place OrtValues on the {device} device ({first_line(exc)}); with the caches "
             "uploaded every run, the time would be the upload's, not the kernel's"
         )
-    if value.device_name().lower() != device:
-        return f"an OrtValue asked for on {device} landed on {value.device_name()}"
+    # onnxruntime names every GPU device without a vendor it knows "cuda" (GetDeviceName), the built-in
+    # WebGPU EP's too: what matters is that the value is not in host memory.
+    if device != "cpu" and value.device_name().lower() == "cpu":
+        return f"an OrtValue asked for on {device} landed on the CPU"
     return None
 
 
@@ -277,9 +282,16 @@ class Runner:
 
 
 def runner(
-    setup: EpSetup, case: PagedCase, feeds: dict[str, np.ndarray], cache: np.ndarray, *, claims_qk_norm: bool
+    setup: EpSetup,
+    case: PagedCase,
+    feeds: dict[str, np.ndarray],
+    cache: np.ndarray,
+    *,
+    claims_qk_norm: bool,
+    profile_prefix: str | None = None,
 ) -> Runner:
-    """The session of ``case`` with its inputs and caches on the device; raises ``Absent`` on a refusal."""
+    """The session of ``case`` with its inputs and caches on the device; raises ``Absent`` on a refusal.
+    ``profile_prefix``: onnxruntime's profiler on (``gpu_time``)."""
     import onnxruntime as ort  # noqa: PLC0415 - the worker's own runtime
 
     device = device_of(setup)
@@ -287,7 +299,7 @@ def runner(
     start = time.perf_counter()
     try:
         with unfused_switch(on=case.unfused):
-            session = setup.session(model)
+            session = setup.session(model, profile_prefix=profile_prefix)
     except Exception as exc:
         absent = refusal(case, exc, claims_qk_norm=claims_qk_norm)
         if absent is None:
@@ -395,9 +407,29 @@ def _measure_phase(
                 **found[case.key],
                 "samples_ms": samples[case.key],
                 "output_finite": bool(np.isfinite(runners[case.key].output()).all()),
+                "gpu": _gpu_times(setup, case, warmups=warmups, requests=requests, claims_qk_norm=claims_qk_norm),
             }
         )
     return results
+
+
+def _gpu_times(setup: EpSetup, case: PagedCase, *, warmups: int, requests: int, claims_qk_norm: bool) -> dict[str, Any]:
+    """The case's dispatches timed on the GPU in a profiled session of its own (``gpu_time``), or why not."""
+    if setup.kind == "cpu":
+        return {"error": "the CPU EP has no GPU dispatches"}
+    feeds, cache = shared_inputs(case)
+    skip = 1 + warmups  # the first run compiles pipelines
+
+    def open_profiled(prefix: str) -> tuple[Any, Callable[[], object]]:
+        run = runner(setup, case, feeds, cache, claims_qk_norm=claims_qk_norm, profile_prefix=prefix)
+        return run.session, run.request
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            times = gpu_time.profile_runs(open_profiled, Path(tmp) / "profile", runs=skip + requests, skip=skip)
+        except gpu_time.NoKernelTimes as exc:
+            return {"error": str(exc)}
+    return times.as_dict()
 
 
 def _open(

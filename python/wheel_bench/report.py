@@ -212,6 +212,8 @@ def paged_table(
                 row["x_norm"], row["x_norm_ci"] = _marginal_ratio(long, one, layers, columns[(phase, "norm")])
             if "x_norm_off_ci" in row:
                 row["norm_budget"] = _budget(row["x_norm_off_ci"])
+            norm_off = chains.get((phase, "norm_off"), {}).get(case["layers"])
+            row |= _gpu_figures(case, norm_off if variant != "norm_off" else None)
             out.append(row)
     return out
 
@@ -504,20 +506,24 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _kernel_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Each kernel's GPU µs per layer, and why a row has no GPU figures."""
+def _kernel_lines(rows: list[dict[str, Any]], columns: tuple[str, ...] = ("variant", "m", "adapter")) -> list[str]:
+    """Each kernel's GPU µs per layer (``columns`` name the row), and why a row has no GPU figures."""
     timed = [r for r in rows if r.get("gpu_kernels_us")]
     untimed = sorted({r["gpu_error"] for r in rows if r.get("gpu_error")})
     lines = []
+
+    def cell(row: dict[str, Any], column: str) -> str:
+        return _on_off(row.get(column, True)) if column == "adapter" else str(row[column])
+
     if timed:
         lines += [
             "GPU µs per layer by kernel (`op_type&program`, median per run / L):",
             "",
-            "| wheel | variant | M | adapter | kernel | GPU µs |",
-            "|---|---|---|---|---|---|",
+            f"| wheel | {' | '.join(columns)} | kernel | GPU µs |",
+            "|---|" + "---|" * len(columns) + "---|---|",
         ]
         lines += [
-            f"| {r['wheel']} | {r['variant']} | {r['m']} | {_on_off(r.get('adapter', True))} | `{name}` | {_fmt(us)} |"
+            f"| {r['wheel']} | {' | '.join(cell(r, c) for c in columns)} | `{name}` | {_fmt(us)} |"
             for r in timed
             for name, us in r["gpu_kernels_us"].items()
         ]
@@ -545,14 +551,16 @@ def _paged_section(document: dict[str, Any]) -> list[str]:
             "cost in. Intervals: 95 % paired bootstrap over the requests. x norm_off: marginal / marginal of "
             "`norm_off`, the budget is ≤ 1.10 (decided only when the whole interval is on one side); "
             "x norm (unfused only): what fusing the norm into the rotary pass buys. `norm_unfused` differs from "
-            "`norm` only on a wheel that reads ORT_WEBGPU_PAGED_ATTENTION_QK_NORM_UNFUSED."
+            "`norm` only on a wheel that reads ORT_WEBGPU_PAGED_ATTENTION_QK_NORM_UNFUSED. GPU µs: the chain's "
+            "dispatches timed by the WebGPU EP's profiler in a profiled session of their own, per node, and their "
+            "ratio to `norm_off`'s (95 % bootstrap over the profiled runs)."
         ),
         "",
         (
             "| wheel | phase | heads | past | new | variant | L | chain ms | chain/L µs | marginal µs (95 %) | "
-            "x norm_off (95 %) | ≤ 10 % | x norm (95 %) |"
+            "x norm_off (95 %) | ≤ 10 % | x norm (95 %) | GPU µs (95 %) | GPU x norm_off (95 %) |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = {"norm_off": 0, "norm": 1, "norm_unfused": 2}
     for r in sorted(rows, key=lambda r: (r["phase"] != "decode", r["wheel"], order.get(r["variant"], 3))):
@@ -561,17 +569,19 @@ def _paged_section(document: dict[str, Any]) -> list[str]:
             f"{r['new_tokens']} | {r['variant']} | {r['layers']} |"
         )
         if "not_measured" in r:  # "absent: " and the wheel's refusal, or why the wheel could not be measured
-            lines.append(f"{head} {r['not_measured']} | | | | | |")
+            lines.append(f"{head} {r['not_measured']} | | | | | | | |")
             continue
         note = "" if r["cache_in_place"] else " (caches not appended in place)"
         lines.append(
             f"{head} {_fmt(r['chain_ms'], 3)} | {_fmt(r['per_node_us'])} | "
             f"{_interval(r['marginal_us'], r['marginal_ci_us'], 1)}{note} | "
             f"{_interval(r.get('x_norm_off'), r.get('x_norm_off_ci'), 3)} | {r.get('norm_budget', '-')} | "
-            f"{_interval(r.get('x_norm'), r.get('x_norm_ci'), 3)} |"
+            f"{_interval(r.get('x_norm'), r.get('x_norm_ci'), 3)} | "
+            f"{_interval(r.get('gpu_us'), r.get('gpu_ci_us'), 1)} | "
+            f"{_interval(r.get('gpu_x_base'), r.get('gpu_x_base_ci'), 3)} |"
         )
     lines.append("")
-    return lines
+    return lines + _kernel_lines([r for r in rows if "not_measured" not in r], columns=("phase", "variant"))
 
 
 def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
