@@ -11,7 +11,17 @@ from ortstack import _git, config
 from ortstack.errors import UsageError
 from ortstack.lockfile import Lock
 from ortstack.patches import export, patch_status, patchfile, prepare
-from series_kit import EMPTY_WEIGHTS, PAGED, QK_NORM, TELEMETRY_SKIP, Project, commit_edits, extract, format_patch
+from series_kit import (
+    EMPTY_WEIGHTS,
+    MATMUL,
+    PAGED,
+    QK_NORM,
+    TELEMETRY_SKIP,
+    Project,
+    commit_edits,
+    extract,
+    format_patch,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -61,7 +71,7 @@ def test_export_round_trips(upstream: Upstream, project: Project, tmp_path: Path
     hand_tree = _git.out(["rev-parse", "HEAD^{tree}"], cwd=tree, env=base_env)
 
     stack = config.load(project.stack_file)
-    assert export.export(stack, tree, base_env) == ["guard-empty-lora-adapters"]
+    assert export.export(stack, tree, base_env) == export.Exported(new=["guard-empty-lora-adapters"], amended=[])
 
     exported = project.root / "patches" / "0002-guard-empty-lora-adapters.patch"
     entry = tomllib.loads(project.stack_file.read_text())["patch"][1]
@@ -82,9 +92,93 @@ def test_export_round_trips(upstream: Upstream, project: Project, tmp_path: Path
     assert _git.out(["rev-parse", "HEAD^{tree}"], cwd=tree, env=base_env) == hand_tree
     message = _git.out(["log", "-1", "--format=%B"], cwd=tree, env=base_env)
     assert message.startswith(HAND_MESSAGE.strip())
-    assert export.export(config.load(project.stack_file), tree, base_env) == []
+    assert export.export(config.load(project.stack_file), tree, base_env) == export.Exported(new=[], amended=[])
     # Exporting the same commit again writes the same file (headers kept, nothing added).
     assert patchfile.split(exported.read_text(), exported.name).header.fields == header.fields
+
+
+def _autosquash(tree: Path, base: str, env: dict[str, str]) -> None:
+    _git.git(["rebase", "-q", "-i", "--autosquash", base], cwd=tree, env={**env, "GIT_SEQUENCE_EDITOR": "true"})
+
+
+def _two_patch_tree(
+    upstream: Upstream, project: Project, tmp_path: Path, env: dict[str, str], **second: object
+) -> tuple[Path, prepare.Prepared, Path]:
+    first = commit_edits(upstream, [EMPTY_WEIGHTS], "Accept empty packed weights", upstream.commit)
+    norm = commit_edits(upstream, [QK_NORM], "Normalize Q and K per head", first)
+    project.write(
+        [
+            project.entry("empty-weights", "0001-empty-weights.patch", format_patch(upstream, first)),
+            project.entry("qk-norm", "0002-qk-norm.patch", format_patch(upstream, norm), **second),
+        ]
+    )
+    source = extract(upstream, upstream.commit, tmp_path / "source")
+    prepared = run_prepare(project, source, tmp_path, env)
+    return prepared.path, prepared, source
+
+
+def test_a_series_commit_changed_in_place_is_written_back_over_its_own_file(
+    upstream: Upstream, project: Project, tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    tree, prepared, source = _two_patch_tree(upstream, project, tmp_path, base_env)
+    first_file = (project.root / "patches" / "0001-empty-weights.patch").read_bytes()
+    # git rebase's own loop: a fixup of the first patch, squashed into it, and a new commit on top.
+    (tree / MATMUL).write_text((tree / MATMUL).read_text() + "// reviewed\n")
+    _git.git(
+        ["commit", "-q", "-am", f"fixup! {_git.out(['log', '-1', '--format=%s', 'HEAD~1'], cwd=tree, env=base_env)}"],
+        cwd=tree,
+        env=base_env,
+    )
+    _autosquash(tree, prepared.base, base_env)
+    (tree / "onnxruntime" / "lora_guard.h").write_text("#pragma once\n")
+    _git.git(["add", "-A"], cwd=tree, env=base_env)
+    _git.git(["commit", "-q", "-m", HAND_MESSAGE], cwd=tree, env=base_env)
+    hand_tree = _git.out(["rev-parse", "HEAD^{tree}"], cwd=tree, env=base_env)
+
+    done = export.export(config.load(project.stack_file), tree, base_env)
+
+    assert done == export.Exported(new=["guard-empty-lora-adapters"], amended=["empty-weights"])
+    written = project.root / "patches" / "0001-empty-weights.patch"
+    assert written.read_bytes() != first_file
+    assert "+// reviewed" in written.read_text()
+    entries = {e["id"]: e for e in tomllib.loads(project.stack_file.read_text())["patch"]}
+    assert entries["empty-weights"]["sha256"] == patchfile.sha256_hex(written.read_bytes())
+    assert entries["qk-norm"]["sha256"] == patchfile.sha256_hex(
+        (project.root / "patches" / "0002-qk-norm.patch").read_bytes()
+    )
+    assert "Last-Update" in patchfile.split(written.read_text(), written.name).header.fields
+    # The series alone gives the same tree again.
+    again = run_prepare(project, source, tmp_path, base_env)
+    assert [o.state for o in again.outcomes] == ["applied", "applied", "applied"]
+    assert _git.out(["rev-parse", "HEAD^{tree}"], cwd=tree, env=base_env) == hand_tree
+
+
+def test_a_reordered_series_is_refused_with_nothing_written(
+    upstream: Upstream, project: Project, tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    tree, prepared, _ = _two_patch_tree(upstream, project, tmp_path, base_env)
+    before = project.stack_file.read_bytes()
+    todo = "pick {second}\npick {first}\n"
+    first, second = _git.out(["rev-list", "--reverse", f"{prepared.base}..HEAD"], cwd=tree, env=base_env).split()
+    editor = tmp_path / "reorder.sh"
+    editor.write_text(f"#!/bin/sh\nprintf '{todo.format(first=first, second=second)}' > \"$1\"\n")
+    editor.chmod(0o755)
+    _git.git(["rebase", "-q", "-i", prepared.base], cwd=tree, env={**base_env, "GIT_SEQUENCE_EDITOR": str(editor)})
+    with pytest.raises(UsageError, match="reordered, dropped or renamed"):
+        export.export(config.load(project.stack_file), tree, base_env)
+    assert project.stack_file.read_bytes() == before
+
+
+def test_an_upstream_entry_changed_in_place_must_become_local_first(
+    upstream: Upstream, project: Project, tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    pr = {"origin": {"kind": "pr", "repository": "https://example.invalid/ort", "pr": 9, "head": "0" * 40}}
+    tree, _, _ = _two_patch_tree(upstream, project, tmp_path, base_env, **pr)
+    (tree / PAGED).write_text((tree / PAGED).read_text() + "// tweak\n")
+    _git.git(["commit", "-q", "-a", "--amend", "--no-edit"], cwd=tree, env=base_env)
+    with pytest.raises(UsageError, match="qk-norm changed in the prepared tree, but it is a pr entry") as refused:
+        export.export(config.load(project.stack_file), tree, base_env)
+    assert 'kind = "local"' in (refused.value.tip or "")
 
 
 def test_export_without_a_prepared_tree_says_what_to_run(project: Project, tmp_path: Path) -> None:

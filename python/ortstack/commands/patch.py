@@ -19,7 +19,8 @@ HELP = "Apply the patch series to the pinned source: one prepared tree per varia
 
 EXAMPLES = """examples:
   ortstack patch                            the prepared tree of every variant, one commit per patch
-  ortstack patch --variant webgpu --export  turn commits made by hand in build/prepared/webgpu into patches"""
+  ortstack patch --variant webgpu --export  turn commits made by hand in build/prepared/webgpu into patches
+                                            (and write back series commits changed with fixup/autosquash)"""
 COMMON = ("--stack", "--cache-dir", "--work-dir", "--locked", "--no-wait")
 
 
@@ -35,7 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--export",
         action="store_true",
-        help="turn commits made by hand in the prepared tree into patch files and [[patch]] entries",
+        help=(
+            "turn commits made by hand in the prepared tree into patch files and [[patch]] entries, and write "
+            "series commits changed in place (fixup, amend, reword) back over their own files"
+        ),
     )
 
 
@@ -48,7 +52,13 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
             stack.variant(name)  # an unknown name fails with "did you mean"
     if args.export:
         exported = export.export(stack, prepare.tree_path(settings.work_dir, variants[0]), settings.env)
-        log.success(f"exported {len(exported)} commits as patches: {', '.join(exported) or 'none'}")
+        written_back = (
+            f"; wrote back {len(exported.amended)} changed in the series: {', '.join(exported.amended)}"
+            if exported.amended
+            else ""
+        )
+        new = ", ".join(exported.new) or "none"
+        log.success(f"exported {len(exported.new)} commits as patches: {new}{written_back}")
         return 0
     platform = args.platform or series.host_platform()
     refresh.vendor_missing(stack, lock, platform=platform, env=settings.env, cache_dir=settings.cache_dir)
