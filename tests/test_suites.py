@@ -106,9 +106,16 @@ def test_genai_runs_in_its_own_venv_beside_the_cpu_core() -> None:
     assert all(s.marker == "not genai" for s in sets[:-1])
 
 
-def test_genai_needs_a_cpu_core() -> None:
+def test_genai_needs_a_cpu_core_or_a_built_core() -> None:
     with pytest.raises(UsageError, match="genai"):
         suites.with_genai(suites.plan([], ["webgpu"]))
+
+
+def test_genai_runs_on_a_built_webgpu_core(tmp_path: Path) -> None:
+    (core,) = _wheels(tmp_path, CORE)
+    genai = suites.with_genai(suites.plan([core], ["webgpu"]))[-1]
+    assert genai.marker == "genai"
+    assert genai.requirements == (str(core),)
 
 
 def test_junit_tally_tells_absent_and_not_checked_from_passed_per_lane(tmp_path: Path) -> None:

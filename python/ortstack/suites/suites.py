@@ -192,10 +192,16 @@ def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
 
 
 def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
-    """Add the genai end-to-end suite, in its own venv, beside the first set with the CPU ``onnxruntime``
-    core; which onnxruntime-genai it gets is chosen later, from that core (:func:`choose_genai`)."""
+    """Add the genai end-to-end suite, in its own venv, beside the first set whose core can host it: a core
+    wheel under test (onnxruntime-genai goes in without its dependencies, so that core stays the only
+    onnxruntime, and its WebGPU EP serves genai's webgpu provider) or the stock CPU core. The stock
+    onnxruntime-webgpu baseline is not used. Which genai it gets is chosen later, from that core
+    (:func:`choose_genai`)."""
     for wheel_set in sets:
-        if not any("onnxruntime-webgpu" in r or "onnxruntime_webgpu" in r for r in wheel_set.requirements):
+        stock_webgpu = wheel_set.baseline and any(
+            "onnxruntime-webgpu" in r or "onnxruntime_webgpu" in r for r in wheel_set.requirements
+        )
+        if not stock_webgpu:
             genai = dataclasses.replace(
                 wheel_set,
                 label=f"genai on {wheel_set.label}",
@@ -203,8 +209,9 @@ def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
                 extra_requirements=GENAI_REQUIREMENTS,
             )
             return [*sets, genai]
-    msg = "no wheel set can host the genai suite (it needs the CPU onnxruntime core)"
-    raise UsageError(msg, tip="test a CPU onnxruntime wheel (plus the plugin EP wheel) with --genai")
+    msg = "no wheel set can host the genai suite (it needs a core wheel under test or the stock CPU onnxruntime)"
+    tip = "test a built onnxruntime-webgpu wheel, or a CPU onnxruntime wheel (plus the plugin EP wheel), with --genai"
+    raise UsageError(msg, tip=tip)
 
 
 def choose_genai(
