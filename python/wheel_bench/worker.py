@@ -41,7 +41,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     if paged_plan:
         from wheel_tests import capabilities  # noqa: PLC0415 - build info, read only for this level
 
-        claims_qk_norm = capabilities.claimed("qk_norm")
+        claims_qk_norm = capabilities.kernel_claimed("qk_norm", "plugin" if setup.kind == "plugin" else "webgpu")
         paged_cases = paged.cases(
             context=paged_plan["context"],
             prefill=paged_plan["prefill"],

@@ -156,6 +156,21 @@ def claimed(feature: str) -> bool:
     return info is not None and feature in info.extra.get("features", ())
 
 
+@cache
+def plugin_build_info() -> BuildInfo | None:
+    return read_from_installed("onnxruntime_ep_webgpu")
+
+
+def kernel_claimed(feature: str, ep: eps.EpKind) -> bool:
+    """Whether the build that holds ``ep``'s kernels claims ``feature``: the plugin EP wheel's for the plugin
+    lane (its kernels are in that library, whatever core hosts it), the core's otherwise. For kernel
+    features only (``qk_norm``): a schema, as MatMulNBitsQLoRA's, lives in the core whichever EP runs it."""
+    if ep == "plugin":
+        info = plugin_build_info()
+        return info is not None and feature in info.extra.get("features", ())
+    return claimed(feature)
+
+
 def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
     """The feature matrix for the EPs that can run (probes run only on those)."""
     runnable = list(runnable)

@@ -40,7 +40,7 @@ def _no_kernel_is_absent(ep: eps.EpKind, error: Exception, absent: Callable[[str
     """A wheel may lack the kernel (CPU everywhere, WebGPU in 1.27, any EP in 1.21, which has no
     PagedAttention at all); a build whose patches claim the WebGPU kernel's Q/K norm must have it there."""
     assert NO_KERNEL.search(str(error)), str(error)
-    webgpu_claimed = ep != "cpu" and capabilities.claimed("qk_norm")
+    webgpu_claimed = ep != "cpu" and capabilities.kernel_claimed("qk_norm", ep)
     assert not webgpu_claimed, f"{ep} refused plain PagedAttention, though the build claims qk_norm: {error}"
     absent(f"no {ep} PagedAttention kernel: {str(error).splitlines()[0]}")
 
@@ -70,7 +70,7 @@ def test_qk_norm(
         paged.check(result, p)
         return
     # The claim is the WebGPU kernel's (the patch is WebGPU's); the CPU EP may lack the operator.
-    claimed = ep != "cpu" and capabilities.claimed("qk_norm")
+    claimed = ep != "cpu" and capabilities.kernel_claimed("qk_norm", ep)
     assert not claimed, f"the build claims Q/K norm in WebGPU PagedAttention, but: {result}"
     if "q_norm_weight" not in capabilities.schema_inputs("PagedAttention"):
         absent(f"schema has no q_norm_weight: {str(result).splitlines()[0]}")

@@ -61,7 +61,7 @@ CASES = [
 def _absent(ep: eps.EpKind, error: Exception, feature: str) -> NoReturn:
     """Skip as absent when the wheel refuses ``feature``; fail when the build claims it or the error is another."""
     first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    if feature == QK_NORM and ep != "cpu" and capabilities.claimed("qk_norm"):
+    if feature == QK_NORM and ep != "cpu" and capabilities.kernel_claimed("qk_norm", ep):
         pytest.fail(f"the build claims {QK_NORM} in WebGPU PagedAttention, but {ep} refused: {first}")
     if not REFUSAL.search(str(error)):
         raise error
