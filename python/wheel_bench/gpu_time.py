@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import tempfile
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -81,3 +82,19 @@ def profile_runs(
         request()
     # The prefix is absolute, so is the file onnxruntime names.
     return per_run(kernel_events(Path(session.end_profiling())), runs, skip=skip)
+
+
+def measure(
+    ep_kind: str, open_session: Callable[[str], tuple[Any, Callable[[], object]]], *, warmups: int, requests: int
+) -> dict[str, Any]:
+    """A case's GPU times as a result entry: ``warmups`` then ``requests`` profiled runs after the first
+    (which compiles pipelines), in a profile of its own; or ``{"error": why}``."""
+    if ep_kind == "cpu":
+        return {"error": "the CPU EP has no GPU dispatches"}
+    skip = 1 + warmups
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            times = profile_runs(open_session, Path(tmp) / "profile", runs=skip + requests, skip=skip)
+        except NoKernelTimes as exc:
+            return {"error": str(exc)}
+    return times.as_dict()

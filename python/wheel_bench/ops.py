@@ -342,22 +342,14 @@ def _gpu_times(
     setup: EpSetup, case: OpCase, model: bytes, x: np.ndarray, run_options: Any, *, warmups: int, requests: int
 ) -> dict[str, Any]:
     """The case's dispatches timed on the GPU (``gpu_time``), or why not."""
-    if setup.kind == "cpu":
-        return {"error": "the CPU EP has no GPU dispatches"}
-    if case.capture:
+    if case.capture and setup.kind != "cpu":
         return {"error": "the WebGPU EP does not time a captured graph's replays"}
-    skip = 1 + warmups  # the first run compiles pipelines
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            times = gpu_time.profile_runs(
-                lambda prefix: _runner(setup, case, model, x, run_options, profile_prefix=prefix),
-                Path(tmp) / "profile",
-                runs=skip + requests,
-                skip=skip,
-            )
-        except gpu_time.NoKernelTimes as exc:
-            return {"error": str(exc)}
-    return times.as_dict()
+    return gpu_time.measure(
+        setup.kind,
+        lambda prefix: _runner(setup, case, model, x, run_options, profile_prefix=prefix),
+        warmups=warmups,
+        requests=requests,
+    )
 
 
 def cases(

@@ -31,10 +31,8 @@ import contextlib
 import math
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -415,21 +413,13 @@ def _measure_phase(
 
 def _gpu_times(setup: EpSetup, case: PagedCase, *, warmups: int, requests: int, claims_qk_norm: bool) -> dict[str, Any]:
     """The case's dispatches timed on the GPU in a profiled session of its own (``gpu_time``), or why not."""
-    if setup.kind == "cpu":
-        return {"error": "the CPU EP has no GPU dispatches"}
-    feeds, cache = shared_inputs(case)
-    skip = 1 + warmups  # the first run compiles pipelines
 
     def open_profiled(prefix: str) -> tuple[Any, Callable[[], object]]:
+        feeds, cache = shared_inputs(case)
         run = runner(setup, case, feeds, cache, claims_qk_norm=claims_qk_norm, profile_prefix=prefix)
         return run.session, run.request
 
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            times = gpu_time.profile_runs(open_profiled, Path(tmp) / "profile", runs=skip + requests, skip=skip)
-        except gpu_time.NoKernelTimes as exc:
-            return {"error": str(exc)}
-    return times.as_dict()
+    return gpu_time.measure(setup.kind, open_profiled, warmups=warmups, requests=requests)
 
 
 def _open(

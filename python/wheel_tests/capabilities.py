@@ -152,7 +152,10 @@ def claimed(feature: str) -> bool:
     Names: ``qlora``, ``empty_weights``, ``qk_norm``. A claimed feature that does not work fails the
     suite instead of being recorded as a baseline.
     """
-    info = build_info()
+    return _claims(build_info(), feature)
+
+
+def _claims(info: BuildInfo | None, feature: str) -> bool:
     return info is not None and feature in info.extra.get("features", ())
 
 
@@ -165,10 +168,7 @@ def kernel_claimed(feature: str, ep: eps.EpKind) -> bool:
     """Whether the build that holds ``ep``'s kernels claims ``feature``: the plugin EP wheel's for the plugin
     lane (its kernels are in that library, whatever core hosts it), the core's otherwise. For kernel
     features only (``qk_norm``): a schema, as MatMulNBitsQLoRA's, lives in the core whichever EP runs it."""
-    if ep == "plugin":
-        info = plugin_build_info()
-        return info is not None and feature in info.extra.get("features", ())
-    return claimed(feature)
+    return _claims(plugin_build_info(), feature) if ep == "plugin" else claimed(feature)
 
 
 def matrix(runnable: Iterable[eps.EpKind]) -> list[Feature]:
