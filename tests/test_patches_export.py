@@ -173,12 +173,19 @@ def test_an_upstream_entry_changed_in_place_must_become_local_first(
     upstream: Upstream, project: Project, tmp_path: Path, base_env: dict[str, str]
 ) -> None:
     pr = {"origin": {"kind": "pr", "repository": "https://example.invalid/ort", "pr": 9, "head": "0" * 40}}
-    tree, _, _ = _two_patch_tree(upstream, project, tmp_path, base_env, **pr)
+    tree, prepared, _ = _two_patch_tree(upstream, project, tmp_path, base_env, **pr)
+    # The local first entry changed too: nothing of it may be written when the export is refused.
+    (tree / MATMUL).write_text((tree / MATMUL).read_text() + "// reviewed\n")
+    first_subject = _git.out(["log", "-1", "--format=%s", "HEAD~1"], cwd=tree, env=base_env)
+    _git.git(["commit", "-q", "-am", f"fixup! {first_subject}"], cwd=tree, env=base_env)
+    _autosquash(tree, prepared.base, base_env)
     (tree / PAGED).write_text((tree / PAGED).read_text() + "// tweak\n")
     _git.git(["commit", "-q", "-a", "--amend", "--no-edit"], cwd=tree, env=base_env)
+    before = {path: path.read_bytes() for path in (project.stack_file, *(project.root / "patches").iterdir())}
     with pytest.raises(UsageError, match="qk-norm changed in the prepared tree, but it is a pr entry") as refused:
         export.export(config.load(project.stack_file), tree, base_env)
     assert 'kind = "local"' in (refused.value.tip or "")
+    assert {path: path.read_bytes() for path in before} == before
 
 
 def test_export_without_a_prepared_tree_says_what_to_run(project: Project, tmp_path: Path) -> None:

@@ -116,14 +116,16 @@ def _render(
     else:
         fields["Last-Update"] = today
     header = replace(header, fields=fields, author=author, date=date, commit=commit)
-    diff = _git.git(["diff", "--full-index", "--binary", f"{commit}^", commit], cwd=tree, env=env, capture=True)
-    return header, patchfile.PatchFile(header=header, diff=diff.stdout).render().encode("utf-8")
+    return header, patchfile.PatchFile(header=header, diff=_diff(commit, tree, env)).render().encode("utf-8")
+
+
+def _diff(commit: str, tree: Path, env: Mapping[str, str]) -> str:
+    """What ``commit`` changes, with the full blob ids ``git apply --3way`` needs."""
+    return _git.git(["diff", "--full-index", "--binary", f"{commit}^", commit], cwd=tree, env=env, capture=True).stdout
 
 
 def _patch_of(commit: str, tree: Path, env: Mapping[str, str]) -> tuple[str, str]:
-    message = _git.out(["log", "-1", "--format=%B", commit], cwd=tree, env=env)
-    diff = _git.git(["diff", "--full-index", "--binary", f"{commit}^", commit], cwd=tree, env=env, capture=True)
-    return message, diff.stdout
+    return _git.out(["log", "-1", "--format=%B", commit], cwd=tree, env=env), _diff(commit, tree, env)
 
 
 def _write_back_amended(
@@ -149,20 +151,22 @@ def _write_back_amended(
         )
         tip = "edit the order or the entries in stack.toml itself, or `git rebase -i` again keeping every commit"
         raise UsageError(msg, tip=tip)
-    entries = {str(table["id"]): table for table in document.get("patch", [])}
     by_id = {e.id: e for e in stack.patches}
-    amended = []
-    for outcome, commit in zip(applied, series, strict=True):
-        if _patch_of(commit, tree, env) == _patch_of(outcome.commit, tree, env):
-            continue
-        entry = by_id[outcome.id]
+    changed = [
+        (by_id[outcome.id], commit)
+        for outcome, commit in zip(applied, series, strict=True)
+        if _patch_of(commit, tree, env) != _patch_of(outcome.commit, tree, env)
+    ]
+    # Refused before anything is written: a file rewritten without its sha256 would fail every later run.
+    for entry, _ in changed:
         if entry.origin.kind != "local":
-            msg = f"{outcome.id} changed in the prepared tree, but it is a {entry.origin.kind} entry: upstream's file"
+            msg = f"{entry.id} changed in the prepared tree, but it is a {entry.origin.kind} entry: upstream's file"
             tip = 'make it local (origin = { kind = "local" }) and export again, or carry the change as its own patch'
             raise UsageError(msg, tip=tip)
+    tables = {str(table["id"]): table for table in document.get("patch", [])}
+    for entry, commit in changed:
         _, data = _render(commit, tree, env, today=today, new=False)
         write_atomic(stack.root / entry.file, data)
-        entries[outcome.id]["sha256"] = patchfile.sha256_hex(data)
-        amended.append(outcome.id)
-        log.info(f"wrote {commit[:12]} back over {entry.file} (id {outcome.id})")
-    return amended, commits[len(applied) :]
+        tables[entry.id]["sha256"] = patchfile.sha256_hex(data)
+        log.info(f"wrote {commit[:12]} back over {entry.file} (id {entry.id})")
+    return [entry.id for entry, _ in changed], commits[len(applied) :]
