@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -299,3 +300,32 @@ def test_a_plugin_library_without_its_entry_points_is_refused(built: Project) ->
         assert built.wheels() == before
     finally:
         git("reset", "--quiet", "--hard", "HEAD~1", cwd=tree, env=built.env)
+
+
+def _cached(cache: Path, name: str) -> str | None:
+    """A variable's value in a CMakeCache.txt, or None."""
+    for line in cache.read_text(encoding="utf-8").splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split("=", 1)[1]
+    return None
+
+
+def test_a_build_with_other_compilers_configures_onnxruntime_afresh_with_every_option(
+    tmp_path: Path, upstream: Upstream, cli_env: dict[str, str]
+) -> None:
+    """cmake drops a cache configured with other compilers and configures again without the initial cache the
+    options come in (-C): every option would be lost, the offline sources with them. ortstack starts that build
+    dir afresh instead, so the second build has the new compilers and still every option."""
+    gcc, gxx, cc, cxx = (shutil.which(name) for name in ("gcc", "g++", "cc", "c++"))
+    if None in (gcc, gxx, cc, cxx) or gxx == cxx:
+        pytest.skip("needs g++ and c++ as two names of C++ compilers")
+    project = make_project(tmp_path / "project", upstream, cli_env, extra='[variant.webgpu]\nkind = "webgpu"\n')
+    assert_ok(project.ortstack("fetch", "--deps"))
+    assert_ok(project.ortstack("patch"))
+    cache = project.work / "cmake" / "webgpu" / "ort" / "CMakeCache.txt"
+    option = "onnxruntime_USE_WEBGPU"
+    for c_compiler, cxx_compiler in ((gcc, gxx), (cc, cxx)):
+        output = assert_ok(project.ortstack("build", env={"CC": str(c_compiler), "CXX": str(cxx_compiler)}))
+        assert ("starts afresh" in output) == (cxx_compiler == cxx)
+        assert _cached(cache, "CMAKE_CXX_COMPILER") == cxx_compiler
+        assert _cached(cache, option) == "ON", f"{option} lost after switching to {cxx_compiler}"

@@ -8,12 +8,16 @@ document of known samples.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ortstack.commands import bench as bench_command
+from ortstack.errors import UsageError
 from ortstack.settings import Settings
 from ortstack.suites import bench
 from wheel_bench import genai_model, genai_run, report
@@ -253,3 +257,20 @@ def test_no_verdict_where_the_fused_graph_fused_nothing() -> None:
     (row,) = report.summarize(document)["fused_vs_raw"]
     assert row["ttft_ms"]["ratio"] == pytest.approx(0.5)
     assert row["ttft_ms"]["verdict"] == row["decode_tok_s"]["verdict"] == report.NOT_AS_NAMED
+
+
+def test_a_builder_python_without_the_builders_modules_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """A real interpreter without torch, transformers or onnxruntime-genai: the bench names each one it lacks."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = bare / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    options = bench.replace(_options(tmp_path, "--levels=genai", "--ep=cpu"), builder_python=python)
+    with pytest.raises(UsageError) as refused:
+        bench.check_before_installing(options, dict(os.environ))
+    for module in bench.BUILDER_MODULES:
+        assert module in refused.value.message
+    assert not (tmp_path / "cache" / "venvs").exists()
+
+    options = bench.replace(options, builder_python=tmp_path / "no-such-python")
+    with pytest.raises(UsageError, match="cannot run"):
+        bench.check_before_installing(options, dict(os.environ))

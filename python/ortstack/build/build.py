@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from ortstack import __version__, _run, diskspace, log
 from ortstack.build import sccache_dist, toolchain, variants, wheel
 from ortstack.build.buildinfo import BuildInfo, PatchInfo
+from ortstack.cache import remove_tree
 from ortstack.errors import BuildError, FetchError, UsageError
 from ortstack.patches import prepare, series
 from ortstack.source import dawn, dawn_plan, dep_sources, deps, fetch, ort_tree, wgsl
@@ -153,6 +154,29 @@ def touch_changed_files(tree: Path, build_dir: Path, env: Mapping[str, str]) -> 
             os.utime(tree / path, (now, now))
     wheel.write_if_changed(record, json.dumps(current, sort_keys=True).encode())
     return len(changed)
+
+
+# cpp_ext/CMakeLists.txt: onnxruntime's own build dir, and ExternalProject's stamps for it.
+ORT_BINARY_DIR = "ort"
+ORT_PREFIX_DIR = "ort-prefix"
+_CACHED_COMPILER = re.compile(r"^(CMAKE_CXX?_COMPILER):[A-Z]+=(.*)$", re.MULTILINE)
+
+
+def _forget_other_compilers(build_dir: Path, tools: toolchain.Toolchain) -> None:
+    """Empty onnxruntime's build dir when its cache names other compilers than this build's. cmake would
+    see the change, delete that cache and configure again without the initial cache (-C) the options
+    come in: every option lost, offline dependency sources among them. Its objects are of the other
+    compilers anyway."""
+    try:
+        cached = dict(_CACHED_COMPILER.findall((build_dir / ORT_BINARY_DIR / "CMakeCache.txt").read_text("utf-8")))
+    except OSError:
+        return
+    wanted = {"CMAKE_C_COMPILER": tools.c_compiler, "CMAKE_CXX_COMPILER": tools.cxx_compiler}
+    changed = [f"{cached[name]} -> {path}" for name, path in wanted.items() if cached.get(name, path) != path]
+    if changed:
+        log.info(f"compilers changed ({', '.join(changed)}): onnxruntime's build dir starts afresh")
+        remove_tree(build_dir / ORT_BINARY_DIR)
+        remove_tree(build_dir / ORT_PREFIX_DIR)
 
 
 def _fingerprint(parts: Mapping[str, object]) -> str:
@@ -361,6 +385,7 @@ def _build(
         "ORTSTACK_WARNINGS_AS_ERRORS": "ON" if stack.build.warnings_as_errors else "OFF",
     }
     touch_changed_files(tree, build_dir, settings.env)
+    _forget_other_compilers(build_dir, tools)
     log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
     landed = _compile(
         settings,

@@ -142,6 +142,8 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
         venv.parse_wheel_spec(spec)
     if "paged" in options.levels:
         _check_paged_sizes(options)
+    if "genai" in options.levels and options.builder_python is not None and options.model_dir is None:
+        _check_builder_python(options.builder_python, env)
     missing = vulkan.missing_driver(env) if options.ep == "webgpu" else None
     if missing is not None:
         msg = f"the webgpu bench cannot run: {missing} (a machine setup problem: nothing was run)"
@@ -159,6 +161,35 @@ def _check_paged_sizes(options: BenchOptions) -> None:
         problems.append("--paged-context must be >= 0 and --paged-prefill >= 1")
     if problems:
         raise UsageError("the paged level cannot run: " + "; ".join(problems), tip="see ortstack bench --help")
+
+
+# The model builder is a module of onnxruntime-genai; the rest is what it imports.
+BUILDER_MODULES = (*BUILDER_REQUIREMENTS, "onnxruntime_genai")
+_MISSING_MODULES = (
+    "import importlib.util, sys; print(*(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
+)
+
+
+def _check_builder_python(python: Path, env: Mapping[str, str]) -> None:
+    """``--builder-python`` imports everything the genai model build needs: said before any venv is made."""
+    try:
+        argv: list[str | os.PathLike[str]] = [python, "-c", _MISSING_MODULES, *BUILDER_MODULES]
+        done = _run.run(argv, env=env, capture=True, quiet=True, check=False)
+    except OSError as exc:
+        msg = f"--builder-python {python} cannot run: {exc.strerror or exc}"
+        tip = "give an interpreter that exists, or leave --builder-python out to have a venv made"
+        raise UsageError(msg, tip=tip) from None
+    if done.returncode != 0:
+        msg = f"--builder-python {python} failed ({done.returncode}): {(done.stderr or '').strip()[-500:]}"
+        raise UsageError(msg, tip="give a working Python 3 interpreter, or leave --builder-python out")
+    missing = done.stdout.split()
+    if missing:
+        msg = f"--builder-python {python} cannot build the genai model: it lacks {', '.join(missing)}"
+        tip = (
+            "install them into that interpreter (onnxruntime-genai with --no-deps: only its model builder is used), "
+            "or leave --builder-python out to have a venv made"
+        )
+        raise UsageError(msg, tip=tip)
 
 
 def finished_result(result_path: Path) -> bool:
