@@ -119,6 +119,10 @@ def test_interrupted_build_keeps_dist_and_stops_the_compiler(
     project = built.project
     change = commit_edits(upstream, [EMPTY_WEIGHTS], "Empty weights", upstream.commit)
     built.write([project.entry("empty", "0001-empty.patch", format_patch(upstream, change))])
+    # ortstack's own processes, so no compiler cache: a compile handed to the sccache server is the server's
+    # (a daemon shared by every build on the machine) and finishes there.
+    with project.stack_file.open("a", encoding="utf-8") as stack:
+        stack.write('\n[build]\ncompiler_cache = "none"\n')
     ok(run_ortstack, *built.args("patch"))
     log = built.root / "work" / "logs" / "build-webgpu.log"
     log.unlink()
