@@ -172,8 +172,8 @@ _MISSING_MODULES = (
 
 def _check_builder_python(python: Path, env: Mapping[str, str]) -> None:
     """``--builder-python`` imports everything the genai model build needs: said before any venv is made."""
+    argv: list[str | os.PathLike[str]] = [python, "-c", _MISSING_MODULES, *BUILDER_MODULES]
     try:
-        argv: list[str | os.PathLike[str]] = [python, "-c", _MISSING_MODULES, *BUILDER_MODULES]
         done = _run.run(argv, env=env, capture=True, quiet=True, check=False)
     except OSError as exc:
         msg = f"--builder-python {python} cannot run: {exc.strerror or exc}"
