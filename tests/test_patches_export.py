@@ -97,6 +97,30 @@ def test_export_round_trips(upstream: Upstream, project: Project, tmp_path: Path
     assert patchfile.split(exported.read_text(), exported.name).header.fields == header.fields
 
 
+def test_an_exported_entry_leaves_the_next_tables_comment_above_it(
+    upstream: Upstream, project: Project, tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    """A comment that introduces the table after the series stays with that table, not above the new entry."""
+    first = commit_edits(upstream, [EMPTY_WEIGHTS], "Accept empty packed weights", upstream.commit)
+    project.write([project.entry("empty-weights", "0001-empty-weights.patch", format_patch(upstream, first))])
+    variant = '# the onnxruntime-webgpu shape\n[variant.webgpu]\nkind = "webgpu"\ndawn = "static"\n'
+    with project.stack_file.open("a", encoding="utf-8") as stack_file:
+        stack_file.write("\n" + variant)
+    source = extract(upstream, upstream.commit, tmp_path / "source")
+    tree = run_prepare(project, source, tmp_path, base_env).path
+    (tree / PAGED).write_text((tree / PAGED).read_text().replace("q * k", "q * k * 0.5"))
+    _git.git(["commit", "-q", "-am", HAND_MESSAGE], cwd=tree, env=base_env)
+
+    export.export(config.load(project.stack_file), tree, base_env)
+
+    text = project.stack_file.read_text(encoding="utf-8")
+    first_entry, second_entry = text.split("[[patch]]\n")[1:]
+    assert first_entry.endswith('"\n\n'), first_entry
+    assert second_entry.startswith('id = "guard-empty-lora-adapters"\n')
+    assert second_entry.endswith('description = "Guard empty LoRA adapters"\n\n' + variant)
+    assert [e["id"] for e in tomllib.loads(text)["patch"]] == ["empty-weights", "guard-empty-lora-adapters"]
+
+
 def _autosquash(tree: Path, base: str, env: dict[str, str]) -> None:
     _git.git(["rebase", "-q", "-i", "--autosquash", base], cwd=tree, env={**env, "GIT_SEQUENCE_EDITOR": "true"})
 

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
+    from tomlkit.items import AoT, Table
+
     from ortstack.config import Stack
 
 
@@ -84,7 +86,7 @@ def export(stack: Stack, tree: Path, env: Mapping[str, str]) -> Exported:
         entry = tomlkit.table()
         entry.update({"id": patch_id, "file": relative, "sha256": patchfile.sha256_hex(data)})
         entry["description"] = header.subject
-        entries.append(entry)
+        _append_entry(entries, entry)
         exported.append(patch_id)
         log.info(f"exported {commit[:12]} as {relative} (id {patch_id})")
         number += 1
@@ -94,6 +96,25 @@ def export(stack: Stack, tree: Path, env: Mapping[str, str]) -> Exported:
     head = _git.out(["rev-parse", "HEAD"], cwd=tree, env=env)
     prepare.write_state(replace(state, tip=head, fingerprint=""), tree)
     return Exported(new=exported, amended=amended)
+
+
+def _append_entry(entries: AoT, entry: Table) -> None:
+    """Append ``entry`` after the last entry's own keys, a blank line between them.
+
+    tomlkit reads the comments and blank lines after an array-of-tables entry as part of it, though in
+    a stack file they introduce the table that follows (``# the onnxruntime-webgpu shape`` above
+    ``[variant.webgpu]``): they move to the end of the new entry, so they stay above that table.
+    """
+    if entries:
+        body = entries[-1].value.body
+        keys_end = len(body)
+        while keys_end and body[keys_end - 1][0] is None:
+            keys_end -= 1
+        trailing = body[keys_end:]
+        del body[keys_end:]
+        body.append((None, tomlkit.ws("\n")))
+        entry.value.body.extend(trailing)
+    entries.append(entry)
 
 
 def _is_ancestor(commit: str, tree: Path, env: Mapping[str, str]) -> bool:
