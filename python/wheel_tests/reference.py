@@ -306,7 +306,12 @@ def paged_attention(p: PagedInputs) -> PagedOutputs:
 
 
 def assert_close(
-    actual: npt.ArrayLike, expected: npt.NDArray[np.float64], *, dtype: type[np.floating], quantized_x: bool = False
+    actual: npt.ArrayLike,
+    expected: npt.NDArray[np.float64],
+    *,
+    dtype: type[np.floating],
+    quantized_x: bool = False,
+    what: str = "",
 ) -> None:
     """Compare with the suite's tolerances, relative to the largest reference value: 1e-5 for fp32, 1e-2 for fp16,
     3e-2 where the EP may quantize X to INT8 (``quantized_x``: MatMulNBits' accuracy level 4, DP4A kernels).
@@ -320,14 +325,20 @@ def assert_close(
     rounds each X value to one of 255 levels of its 128-value block's maximum: for normal X an error of
     about max|x| / (254 * sqrt(3)) (0.6% of X's spread) per term, so of about 0.6% of an output's spread,
     up to 2-3% of the largest output at the tails of 10^5 outputs; a lost block or adapter stays far outside.
+
+    ``what`` names the compared output in the message (which session, which adapter state).
     """
+    prefix = f"{what}: " if what else ""
     got = np.asarray(actual, dtype=np.float64)
     if got.shape != expected.shape:
-        msg = f"shape {got.shape} != reference {expected.shape}"
+        msg = f"{prefix}shape {got.shape} != reference {expected.shape}"
         raise AssertionError(msg)
     scale = max(float(np.abs(expected).max(initial=0.0)), 1.0)
     tolerance = (3e-2 if quantized_x else 1e-5 if dtype == np.float32 else 1e-2) * scale
     error = float(np.abs(got - expected).max(initial=0.0))
     if not error <= tolerance:  # also catches NaN
-        msg = f"max abs error {error:.3g} > tolerance {tolerance:.3g} (max |ref| {scale:.3g}, {np.dtype(dtype).name})"
+        msg = (
+            f"{prefix}max abs error {error:.3g} > tolerance {tolerance:.3g}"
+            f" (max |ref| {scale:.3g}, {np.dtype(dtype).name})"
+        )
         raise AssertionError(msg)

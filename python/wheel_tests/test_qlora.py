@@ -80,7 +80,7 @@ def test_adapters_on_off_switching(
             reference.assert_close(expected[name], expected["off"], dtype=dtype)
     for name in ("off", "a", "off", "b", "a", "off"):
         y = lora.run(session, x, adapters.get(name))
-        reference.assert_close(y, expected[name], dtype=dtype)
+        reference.assert_close(y, expected[name], dtype=dtype, what=f"adapter {name}")
 
 
 @pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])

@@ -256,8 +256,11 @@ def test_qlora_fusion(
     for state in ("off", "full", "off", "down", "full", "up"):
         outputs = {name: lora.run(s, x, adapters[state]) for name, s in sessions.items()}
         for name, y in outputs.items():
-            reference.assert_close(y, expected[state], dtype=dtype, quantized_x=case.accuracy_level == 4)
-            reference.assert_close(y, outputs["unfused"].astype(np.float64), dtype=dtype)
+            what = f"{name} session, adapter {state}"
+            reference.assert_close(y, expected[state], dtype=dtype, quantized_x=case.accuracy_level == 4, what=what)
+            reference.assert_close(
+                y, outputs["unfused"].astype(np.float64), dtype=dtype, what=f"{what}, against unfused"
+            )
             assert y.shape == (*x.shape[:-1], case.n), name
         if fusion_expected:
             # auto runs fuse_down for one row per matrix (decode, whatever the batch), else fuse_up:
