@@ -250,6 +250,27 @@ def test_a_failed_compile_leaves_dist_untouched(built: Project) -> None:
     assert "onnxruntime_ep_webgpu" in stderr
 
 
+def test_uncommitted_edits_in_the_prepared_tree_are_built_and_named(built: Project) -> None:
+    """An edit tried in the prepared tree before it is committed and exported: the build compiles it and the
+    wheel's version and build info say it is not the series' tree; undone, the series' wheel comes back."""
+    before = built.wheels()
+    tree = built.work / "prepared" / "plugin"
+    source = tree / "onnxruntime/contrib_ops/webgpu/bert/paged_attention.cc"
+    original = source.read_text()
+    source.write_text(original + "// tried before committing\n")
+    try:
+        output = assert_ok(built.ortstack("build", "--variant", "plugin"))
+        assert "has uncommitted edits: building them" in output
+        assert "paged_attention.cc.o" in (built.work / "logs" / "build-plugin.log").read_text()
+        edited = set(built.wheels()) - set(before)
+        assert len(edited) == 1, edited  # a wheel of its own version, beside the series' wheels
+        assert "uncommitted tree" in assert_ok_stdout(built.ortstack("inspect", str(built.dist / edited.pop())))
+    finally:
+        source.write_text(original)
+    assert "uncommitted" not in assert_ok(built.ortstack("build", "--variant", "plugin"))
+    assert set(before) <= set(built.wheels())
+
+
 def test_missing_tools_are_reported_before_anything_starts(
     tmp_path: Path, upstream: Upstream, cli_env: dict[str, str]
 ) -> None:

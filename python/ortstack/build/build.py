@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortstack import __version__, _run, diskspace, log
+from ortstack import __version__, _git, _run, diskspace, log
 from ortstack.build import sccache_dist, toolchain, variants, wheel
 from ortstack.build.buildinfo import BuildInfo, PatchInfo
 from ortstack.cache import remove_tree
@@ -78,6 +78,24 @@ def prepared_tree(settings: Settings, variant: Variant) -> tuple[Path, str]:
         msg = f"no prepared tree for variant {variant.name!r} at {tree}: an earlier step has not run"
         raise UsageError(msg, tip=f"run `ortstack patch --variant {variant.name}` first") from None
     return tree, commit.stdout.strip()
+
+
+def uncommitted_tree(tree: Path, env: Mapping[str, str]) -> str | None:
+    """The id of a git tree of the prepared tree's files as they are, when they differ from its HEAD.
+
+    Edits made there and not committed yet are what a user tries before exporting them: the build must
+    see them (HEAD alone would call the last wheel up to date) and the wheel must not pass for HEAD's.
+    A scratch copy of the index takes the files, so the tree's own index and files stay as they are.
+    """
+    if not _git.out(["status", "--porcelain"], cwd=tree, env=env, error=BuildError):
+        return None
+    git_dir = Path(_git.out(["rev-parse", "--absolute-git-dir"], cwd=tree, env=env, error=BuildError))
+    with tempfile.TemporaryDirectory() as scratch:
+        index = Path(scratch) / "index"
+        index.write_bytes((git_dir / "index").read_bytes())
+        scratch_env = {**env, "GIT_INDEX_FILE": str(index)}
+        _git.out(["add", "-A"], cwd=tree, env=scratch_env, error=BuildError)
+        return _git.out(["write-tree"], cwd=tree, env=scratch_env, error=BuildError)
 
 
 def applied_patches(stack: Stack, platform: str) -> tuple[PatchInfo, ...]:
@@ -265,6 +283,9 @@ def _build(
     start = datetime.now(UTC)
     platform = series.host_platform()
     tree, tree_commit = prepared_tree(settings, variant)
+    if (edited := uncommitted_tree(tree, settings.env)) is not None:
+        log.warn(f"{tree} has uncommitted edits: building them (tree {edited[:12]}); export them to keep them")
+        tree_commit = f"{tree_commit} + uncommitted tree {edited}"
     toolchain.check_cmake_version(tools, tree / "cmake" / "CMakeLists.txt")
     tree_plan = ort_tree.plan(tree, variant, platform)
     variant_defines = tree_plan.defines
