@@ -86,6 +86,10 @@ def test_export_round_trips(upstream: Upstream, project: Project, tmp_path: Path
     assert header.fields["Bug"] == "https://example.invalid/issues/7"
     assert "empty\nadapter must take the base-only path." in header.why
 
+    # Hand commits there start no background gc that could race the next swap of the tree.
+    assert _git.out(["config", "--local", "--get", "gc.auto"], cwd=tree, env=base_env) == "0"
+    assert _git.out(["config", "--local", "--get", "maintenance.auto"], cwd=tree, env=base_env) == "false"
+
     # Apply again from the series alone: the same tree, the same message.
     again = run_prepare(project, source, tmp_path, base_env)
     assert [o.state for o in again.outcomes] == ["applied", "applied"]

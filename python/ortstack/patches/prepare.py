@@ -249,6 +249,10 @@ def _build(
     with log.step(f"copying the source into {tree.name}"):
         copy_source(source, tree)
     _git.git(["init", "-q"], cwd=tree, env=env, capture=True)
+    # Commits made here by hand must not start git's background gc: it would still be writing into .git
+    # when the next `patch` moves this tree aside and removes it.
+    _git.git(["config", "gc.auto", "0"], cwd=tree, env=env, capture=True)
+    _git.git(["config", "maintenance.auto", "false"], cwd=tree, env=env, capture=True)
     _git.git(["add", "--all", "--force", "."], cwd=tree, env=env, capture=True)
     base = make_commit(tree, f"onnxruntime {stack.ort.commit}\n\nThe pinned source, unpatched.\n", env)
     by_id = {v.entry.id: v for v in verified}
