@@ -18,18 +18,18 @@ import re
 import subprocess
 import threading
 import zipfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from packaging.version import Version
 
 from ortstack.errors import SuiteError, UsageError
-from ortstack.suites import bench, genai_choice, suites
+from ortstack.suites import bench, genai_choice, suites, venv
 from wheel_bench import report
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from clirun import RunOrtstack
 
@@ -210,6 +210,32 @@ def test_the_genai_suites_venv_gets_genai_without_a_second_onnxruntime(
     ]
     done = subprocess.run([*report, chosen.genai.requirement], env=pip_env, capture_output=True, text=True, check=True)
     assert [i["metadata"]["name"] for i in json.loads(done.stdout)["install"]] == ["onnxruntime"]
+
+
+@pytest.mark.slow
+def test_system_site_packages_serve_what_the_host_has_offline(tmp_path: Path, pip_env: dict[str, str]) -> None:
+    """``--system-site-packages`` on a host without an index: a requirement this interpreter already meets
+    (pytest here; torch and transformers on a GPU host) is used from it, not installed again. Without the
+    option the same offline install fails."""
+    core = make_wheel(tmp_path, "onnxruntime-webgpu", LOCAL)
+    no_wheels = tmp_path / "no-wheels"
+    no_wheels.mkdir()
+    cache = tmp_path / "cache"
+    with pytest.raises(SuiteError, match="failed"):
+        venv.ensure(str(core), cache_dir=cache, env=pip_env, extras=("pytest>=7",), pip_args=offline(no_wheels))
+    made = venv.ensure(
+        str(core),
+        cache_dir=cache,
+        env=pip_env,
+        extras=("pytest>=7",),
+        pip_args=offline(no_wheels),
+        system_site_packages=True,
+    )
+    show = [made.python, "-c", "import onnxruntime_webgpu, pytest; print(onnxruntime_webgpu.__file__, pytest.__file__)"]
+    shown = subprocess.run(show, env=pip_env, capture_output=True, text=True, check=True)
+    core_file, pytest_file = shown.stdout.split()
+    assert Path(core_file).is_relative_to(made.root)
+    assert not Path(pytest_file).is_relative_to(made.root)
 
 
 class _IndexHandler(http.server.SimpleHTTPRequestHandler):

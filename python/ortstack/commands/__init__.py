@@ -29,6 +29,12 @@ def add_install_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="install from the --find-links folders only, never from a package index (hosts without one)",
     )
+    parser.add_argument(
+        "--system-site-packages",
+        action="store_true",
+        help="the venvs see this interpreter's packages, and a requirement they already meet is not installed "
+        "again (offline hosts that have torch and transformers)",
+    )
 
 
 def install_args(args: argparse.Namespace) -> tuple[str, ...]:

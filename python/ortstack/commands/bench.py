@@ -147,9 +147,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_genai_version_option(parser)
     parser.add_argument("--bandwidth-gbs", type=float, help="device bandwidth for the floor column")
     add_install_options(parser)
-    parser.add_argument(
-        "--system-site-packages", action="store_true", help="venvs see this interpreter's packages (offline hosts)"
-    )
 
 
 def options_from_args(args: argparse.Namespace, config: Settings) -> bench.BenchOptions:

@@ -94,5 +94,6 @@ def main(args: argparse.Namespace, config: Settings) -> int:
         genai=args.genai,
         genai_version=args.genai_version,
         pip_args=pip_args,
+        system_site_packages=args.system_site_packages,
     )
     return 0

@@ -38,8 +38,9 @@ PLUGIN_BASELINE = "onnxruntime-ep-webgpu==0.4.0"
 # What the suites themselves need next to the wheels under test.
 SUITE_REQUIREMENTS = ("numpy>=1.26", "onnx>=1.17", "pytest>=8")
 # The genai suite's own venv: torch (CPU) + transformers make the tiny model, genai's builder converts it;
-# onnxruntime-genai itself is chosen from the set's onnxruntime (``genai_choice``).
-GENAI_REQUIREMENTS = ("torch==2.13.0", "transformers>=4.45", "tokenizers>=0.20", "onnx-ir")
+# onnxruntime-genai itself is chosen from the set's onnxruntime (``genai_choice``). Floors, not pins: with
+# --system-site-packages an offline host's own torch and transformers serve.
+GENAI_REQUIREMENTS = ("torch>=2.4", "transformers>=4.45", "tokenizers>=0.20", "onnx-ir")
 PYTEST_TIMEOUT_S = 3600
 RERUN_TIP = "the pytest output above names the failing tests; rerun one with: ortstack test -- -k NAME"
 
@@ -229,9 +230,15 @@ def choose_genai(
 
 
 def prepare_venv(
-    wheel_set: WheelSet, cache_dir: Path, env: Mapping[str, str], *, pip_args: Sequence[str] = ()
+    wheel_set: WheelSet,
+    cache_dir: Path,
+    env: Mapping[str, str],
+    *,
+    pip_args: Sequence[str] = (),
+    system_site_packages: bool = False,
 ) -> venv.Venv:
-    """A cached venv with the wheel set and what the suites need (``pip_args``: ``--no-index``, ``--find-links``).
+    """A cached venv with the wheel set and what the suites need (``pip_args``: ``--no-index``, ``--find-links``;
+    ``system_site_packages``: the venv sees this interpreter's packages).
 
     A set's onnxruntime-genai goes in without its dependencies (they would pull a second onnxruntime),
     its other requirements with the rest."""
@@ -244,6 +251,7 @@ def prepare_venv(
         extras=extras,
         extras_no_deps=(genai.requirement,) if genai else (),
         pip_args=pip_args,
+        system_site_packages=system_site_packages,
     )
 
 
@@ -373,6 +381,7 @@ def run_all(
     genai: bool = False,
     genai_version: str | None = None,
     pip_args: Sequence[str] = (),
+    system_site_packages: bool = False,
 ) -> list[SuiteResult]:
     """Run every wheel set's suite; a failed test, a crash or a lane asked for that did not run fails.
 
@@ -391,7 +400,9 @@ def run_all(
     results = []
     for wheel_set in sets:
         with log.step(f"test {wheel_set.label} on {', '.join(wheel_set.eps)}"):
-            suite_venv = prepare_venv(wheel_set, cache_dir, env, pip_args=pip_args)
+            suite_venv = prepare_venv(
+                wheel_set, cache_dir, env, pip_args=pip_args, system_site_packages=system_site_packages
+            )
             results.append(run_suite(wheel_set, suite_venv, env, cache_dir=cache_dir, pytest_args=pytest_args))
     log.table(
         "wheel suites",
