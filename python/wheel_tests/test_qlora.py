@@ -113,14 +113,15 @@ def _overwriting_matmul_nbits(a: reference.FloatArray, w: reference.QuantizedWei
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_overwritten_accumulation_shows_at_k_1024(dtype: type[np.floating]) -> None:
-    """Why K = 1024: with 8 lanes per output (the fused kernels' split), K = 256 gives each lane one block, so
-    an accumulator overwritten instead of added to computes the right numbers; at K = 1024 it is caught."""
+def test_overwritten_accumulation_shows_at_k_2048(dtype: type[np.floating]) -> None:
+    """Why K = 2048: with 32 lanes per output (the fused down projection's split), K = 1024 gives each lane one
+    block, so an accumulator overwritten instead of added to computes the right numbers; at K = 2048 it is
+    caught."""
     rng = np.random.default_rng(5)
-    for k, caught in ((256, False), (lora.K, True)):
+    for k, caught in ((1024, False), (lora.K, True)):
         w = reference.quantize(rng.standard_normal((k, lora.N)), bits=4, zero_points=False, dtype=dtype)
         a: reference.FloatArray = rng.standard_normal((4, k)).astype(dtype)
-        wrong = _overwriting_matmul_nbits(a, w, lanes=8)
+        wrong = _overwriting_matmul_nbits(a, w, lanes=32)
         if caught:
             with pytest.raises(AssertionError, match="max abs error"):
                 reference.assert_close(wrong, reference.matmul_nbits(a, w), dtype=dtype)

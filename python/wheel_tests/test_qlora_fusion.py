@@ -6,7 +6,7 @@ and every ``session.webgpu.lora_fusion_mode`` agrees, for decode, prefill and M 
 batches, a base with and without zero points and bias, adapters in MatMulNBits order and stored
 block-major behind Transposes (opset 13 and 23/24: the fused node absorbs them and reads the stored
 layout), empty and partial adapters; ``auto`` picks its kernel from X's rows per matrix, not from the
-batch. K = 1024 and N = 300 (``lora``): several K blocks per lane and partial output tiles. Without
+batch. K = 2048 and N = 300 (``lora``): several K blocks per lane and partial output tiles. Without
 the operator: the optimized graph keeps the raw pattern, which still computes the right numbers.
 Graph capture replays must follow adapter switches (in a child process: capture may crash a wheel).
 """
