@@ -231,7 +231,11 @@ def test_system_site_packages_serve_what_the_host_has_offline(tmp_path: Path, pi
         pip_args=offline(no_wheels),
         system_site_packages=True,
     )
-    show = [made.python, "-c", "import onnxruntime_webgpu, pytest; print(onnxruntime_webgpu.__file__, pytest.__file__)"]
+    show: list[str | os.PathLike[str]] = [
+        made.python,
+        "-c",
+        "import onnxruntime_webgpu, pytest; print(onnxruntime_webgpu.__file__, pytest.__file__)",
+    ]
     shown = subprocess.run(show, env=pip_env, capture_output=True, text=True, check=True)
     core_file, pytest_file = shown.stdout.split()
     assert Path(core_file).is_relative_to(made.root)
