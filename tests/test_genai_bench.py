@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from clirun import one_error
 from ortstack.commands import bench as bench_command
 from ortstack.errors import UsageError
 from ortstack.settings import Settings
@@ -95,8 +96,21 @@ def test_genai_options_pick_shape_graphs_adapters_and_prompts(tmp_path: Path) ->
         "capture_modes": [True],
         "graphs": ["raw"],
         "adapters": ["off", "b"],
+        "profile": False,
     }
     assert plan["round"] == 2
+    profiled = _options(tmp_path, "--quick", "--genai-profile")
+    assert bench._plan(profiled, "A", 1, tmp_path / "model")["genai"]["profile"] is True
+
+
+@pytest.mark.parametrize("levels_capture", [("--levels=genai", "--capture=on"), ("--levels=ops", "--capture=off")])
+def test_a_genai_profile_without_an_uncaptured_genai_request_is_refused_before_anything_is_made(
+    run_ortstack: RunOrtstack, tmp_path: Path, levels_capture: tuple[str, str]
+) -> None:
+    cache = tmp_path / "cache"
+    result = run_ortstack("bench", "--ep=cpu", *levels_capture, "--genai-profile", "--cache-dir", cache)
+    assert "--genai-profile profiles a genai request without graph capture" in one_error(result, 2)
+    assert not cache.exists()
 
 
 @pytest.mark.parametrize(
@@ -218,6 +232,36 @@ def test_fused_over_raw_ratios_intervals_and_token_identity(tmp_path: Path) -> N
     assert f"Graph capture: {genai_run.CAPTURE_ISOLATION}." in markdown
     report.write(document, tmp_path)
     assert (tmp_path / "genai.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
+    busy = _genai_case("fused", "a", [60.0, 61.0], [175.0, 176.0], "t") | {"capture": False}
+    busy["gpu_profile"] = {
+        "adapter": "a",
+        "wall_ms": 800.0,
+        "ttft_ms": 60.0,
+        "gpu_ms": 200.0,
+        "dispatches": 4000,
+        "busiest_programs_ms": {"MatMulNBitsQLoRA&QLoRAGemv": 90.0, "GroupQueryAttention&FlashAttention": 40.5},
+    }
+    refused = _genai_case("raw", "a", [100.0, 101.0], [100.0, 99.0], "t") | {"capture": False}
+    refused["gpu_profile"] = {"adapter": "a", "error": "the profile has no GPU dispatch events"}
+    document: dict[str, Any] = {
+        "wheels": [{"id": "A", "label": "ours"}],
+        "host": {"platform": "linux"},
+        "runs": [{"wheel": "A", "round": 1, "cases": [busy, refused]}],
+    }
+    document |= {"software_adapter": False, "order": [], "options": {"warmups": 1, "requests": 2}, "command": []}
+    document["runs"][0]["environment"] = {"ort_version": "1.30.0", "ep": "webgpu", "ep_kind": "builtin"}
+    document["runs"][0]["environment"]["has_qlora_schema"] = True
+    document["summary"] = report.summarize(document)
+    markdown = report.markdown(document)
+    assert "### Where a request's time goes" in markdown
+    assert (
+        "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | "
+        "`MatMulNBitsQLoRA&QLoRAGemv` 90.0, `GroupQueryAttention&FlashAttention` 40.5 |"
+    ) in markdown
+    assert "| A | raw | 128 | 128 | a | - | the profile has no GPU dispatch events | - | - |" in markdown
 
 
 def test_results_written_before_two_adapters_still_report() -> None:

@@ -15,6 +15,11 @@ Graph capture with adapters: onnxruntime-genai#2740 (a decode captured with one 
 replayed after another is activated) is worked around in the open: with capture on, every adapter
 state gets a model (session) of its own, so no captured graph is ever shared between adapter states;
 each case records that in ``capture_isolation``.
+
+Where the time goes (``profile``): in round 1, without capture, one more model per graph with onnxruntime's
+profiler on runs the longest prompt twice with the first adapter measured; the second request's dispatches,
+timed on the GPU by the WebGPU EP (``gpu_time``), are set beside its wall time. A GPU busy for a small part
+of the wall time means the host (dispatch, upload, readback) sets the pace.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from wheel_bench import ep, ops
+from wheel_bench import ep, gpu_time, ops
 from wheel_bench.genai_model import ADAPTER_FILES
 
 if TYPE_CHECKING:
@@ -52,13 +57,16 @@ def session_entries(graph: str) -> dict[str, str]:
     return {DISABLE_OPTIMIZERS: FUSION} if graph == "raw" else {}
 
 
-def _model(setup: EpSetup, model_dir: Path, *, graph: str, capture: bool) -> Any:
+def _model(setup: EpSetup, model_dir: Path, *, graph: str, capture: bool, profile_prefix: str | None = None) -> Any:
+    """``profile_prefix``: onnxruntime's profiler on in the decoder's session, its file named from it."""
     import onnxruntime_genai as og  # noqa: PLC0415 - only the model level needs genai
 
     config = og.Config(str(model_dir))
-    entries = session_entries(graph)
-    if entries:
-        config.overlay(json.dumps({"model": {"decoder": {"session_options": entries}}}))
+    options: dict[str, Any] = dict(session_entries(graph))
+    if profile_prefix is not None:
+        options["enable_profiling"] = profile_prefix
+    if options:
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
     config.clear_providers()
     if setup.kind != "cpu":
         if setup.kind == "plugin" and "genai" not in ep.registered:
@@ -131,6 +139,47 @@ def _request(og: Any, model: Any, adapters: Any, prompt: np.ndarray, generate: i
     }
 
 
+TOP_PROGRAMS = 8
+"""Programs listed by GPU time in a profiled request."""
+
+
+def profiled_request(
+    setup: EpSetup, model_dir: Path, *, graph: str, prompt: np.ndarray, generate: int, adapter: str
+) -> dict[str, Any]:
+    """Two requests on a model of their own with the profiler on; the second one's GPU time (its dispatches
+    summed), dispatch count, busiest programs and wall time; or ``{"error": why}``."""
+    import onnxruntime_genai as og  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = Path(tmp) / "genai"
+        model = _model(setup, model_dir, graph=graph, capture=False, profile_prefix=str(prefix))
+        lora = og.Adapters(model)
+        if adapter != "off":
+            lora.load(str(model_dir / ADAPTER_FILES[adapter]), adapter)
+        runs = [_request(og, model, lora, prompt, generate, adapter=adapter) for _ in range(2)]
+        # The decoder's session writes its profile when it ends.
+        del lora, model
+        profiles = sorted(Path(tmp).glob("genai*.json"))
+        if not profiles:
+            return {"error": "onnxruntime wrote no profile for the decoder's session"}
+        try:
+            times = gpu_time.per_run(gpu_time.kernel_events(profiles[-1]), 2, skip=1)
+        except gpu_time.NoKernelTimes as exc:
+            return {"error": str(exc)}
+    wall = runs[-1]
+    decoded = wall["tokens"] - 1
+    wall_ms = wall["ttft_ms"] + (decoded / wall["decode_tok_s"] * 1e3 if decoded else 0.0)
+    busiest = sorted(times.by_program.items(), key=lambda item: -item[1])[:TOP_PROGRAMS]
+    return {
+        "adapter": adapter,
+        "wall_ms": wall_ms,
+        "ttft_ms": wall["ttft_ms"],
+        "gpu_ms": times.run_us[0] / 1e3,
+        "dispatches": times.dispatches,
+        "busiest_programs_ms": {program: us / 1e3 for program, us in busiest},
+    }
+
+
 def key(graph: str, prompt_length: int, *, adapter: str, capture: bool) -> str:
     return f"genai/graph={graph}/P={prompt_length}/adapter={adapter}/capture={'on' if capture else 'off'}"
 
@@ -170,8 +219,10 @@ def measure(
     warmups: int,
     requests: int,
     round_: int = 1,
+    profile: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every (graph, capture, prompt length, adapter) case; each graph checked once per run."""
+    """Every (graph, capture, prompt length, adapter) case; each graph checked once per run. ``profile``: in
+    round 1 the longest prompt's first adapter case without capture gets ``gpu_profile`` (``profiled_request``)."""
     import onnxruntime_genai as og  # noqa: PLC0415
 
     manifest = json.loads((model_dir / "manifest.json").read_text())
@@ -180,6 +231,7 @@ def measure(
     checks = {graph: graph_check(setup, model_dir, graph, targets) for graph in graphs}
     empty_refused = ops.empty_weights_refusal(setup.ep) if "off" in adapters else None
     prompts = {p: np.random.default_rng(p).integers(3, vocab, size=p, dtype=np.int32) for p in prompt_lengths}
+    profile_now = profile and round_ == 1
     results: list[dict[str, Any]] = []
     for load in loads(graphs, capture_modes, adapters, round_=round_):
         described = {"level": "genai", "graph": load.graph, "capture": load.capture, "graph_check": checks[load.graph]}
@@ -230,4 +282,31 @@ def measure(
                     }
                 )
         del lora, model
+        _profile_load(
+            setup, model_dir, load, results, prompts=prompts, generate=generate, adapters=measured, wanted=profile_now
+        )
     return results
+
+
+def _profile_load(
+    setup: EpSetup,
+    model_dir: Path,
+    load: Load,
+    results: list[dict[str, Any]],
+    *,
+    prompts: dict[int, np.ndarray],
+    generate: int,
+    adapters: list[str],
+    wanted: bool,
+) -> None:
+    """``gpu_profile`` for the case of ``load``'s longest prompt and first adapter (not off where it has
+    another), where it is ``wanted`` and ``load`` runs without capture (the EP does not time replays)."""
+    if not wanted or load.capture:
+        return
+    longest = max(prompts)
+    adapter = next((a for a in adapters if a != "off"), adapters[0])
+    profiled = profiled_request(
+        setup, model_dir, graph=load.graph, prompt=prompts[longest], generate=generate, adapter=adapter
+    )
+    case_key = key(load.graph, longest, adapter=adapter, capture=False)
+    next(r for r in results if r["key"] == case_key)["gpu_profile"] = profiled

@@ -623,7 +623,47 @@ def _genai_table(document: dict[str, Any], rows: list[dict[str, Any]]) -> list[s
             )
     isolated = sorted({c["capture_isolation"] for c in cases.values() if c.get("capture_isolation")})
     lines += ["", *(f"Graph capture: {note}." for note in isolated), ""]
-    return lines
+    return lines + _genai_profile_table(document)
+
+
+def _genai_profile_table(document: dict[str, Any]) -> list[str]:
+    """The profiled requests (``--genai-profile``): GPU time of their dispatches against their wall time."""
+    profiled = [
+        (run["wheel"], case)
+        for run in document["runs"]
+        for case in run["cases"]
+        if isinstance(case.get("gpu_profile"), dict)
+    ]
+    if not profiled:
+        return []
+    lines = [
+        "### Where a request's time goes (one profiled request per graph, capture off)",
+        "",
+        (
+            "The second of two requests on a model of its own with onnxruntime's profiler on: wall ms (TTFT and "
+            "decode, slowed somewhat by the profiler), the GPU time of its dispatches (timestamp queries) and the "
+            "busiest programs. GPU time far below wall time: the host sets the pace."
+        ),
+        "",
+        (
+            "| wheel | graph | prompt | generated | adapter | wall ms | GPU ms (busy) | dispatches | "
+            "busiest programs, GPU ms |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for wheel, case in profiled:
+        profile = case["gpu_profile"]
+        head = f"| {wheel} | {case['graph']} | {case['prompt']} | {case['generate']} | {profile.get('adapter', '-')} |"
+        if "error" in profile:
+            lines.append(f"{head} - | {profile['error']} | - | - |")
+            continue
+        busy = profile["gpu_ms"] / profile["wall_ms"] if profile["wall_ms"] else float("nan")
+        busiest = ", ".join(f"`{name}` {ms:.1f}" for name, ms in profile["busiest_programs_ms"].items())
+        lines.append(
+            f"{head} {profile['wall_ms']:.1f} | {profile['gpu_ms']:.1f} ({busy:.0%}) | {profile['dispatches']} | "
+            f"{busiest} |"
+        )
+    return [*lines, ""]
 
 
 def _fused_vs_raw_section(rows: list[dict[str, Any]]) -> list[str]:

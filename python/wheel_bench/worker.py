@@ -67,6 +67,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             warmups=plan["warmups"],
             requests=plan["requests"],
             round_=plan["round"],
+            profile=genai_plan.get("profile", False),
         )
     return {
         "wheel": plan["wheel"],

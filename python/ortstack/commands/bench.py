@@ -135,6 +135,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_genai_adapters,
         help="model level: comma list of off (zero-sized adapter weights), a, b (default off,a,b; --quick: off,a)",
     )
+    parser.add_argument(
+        "--genai-profile",
+        action="store_true",
+        help="model level: also run the longest prompt once per graph with onnxruntime's profiler on (capture off) "
+        "and report its GPU time beside its wall time: where a request's time goes",
+    )
     capture = parser.add_mutually_exclusive_group()
     capture.add_argument(
         "--capture",
@@ -182,6 +188,7 @@ def options_from_args(args: argparse.Namespace, config: Settings) -> bench.Bench
         "model_shape": args.model_shape,
         "genai_graphs": args.genai_graphs,
         "genai_adapters": args.genai_adapters,
+        "genai_profile": args.genai_profile or None,
         "capture_modes": (False,) if args.no_capture else args.capture,
         "paged_context": args.paged_context,
         "paged_prefill": args.paged_prefill,

@@ -70,6 +70,8 @@ class BenchOptions:
     genai_graphs: tuple[str, ...] = GENAI_GRAPHS
     """Model level: the fused graph and the raw one (the fusion disabled), on the same wheel."""
     genai_adapters: tuple[str, ...] = GENAI_ADAPTERS
+    genai_profile: bool = False
+    """Model level: one more request per graph with onnxruntime's profiler on (GPU time against wall time)."""
     paged_context: int = 4096
     """PagedAttention level: tokens in the cache at decode."""
     paged_prefill: int = 1024
@@ -144,6 +146,9 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
         _check_paged_sizes(options)
     if "genai" in options.levels and options.builder_python is not None and options.model_dir is None:
         _check_builder_python(options.builder_python, env)
+    if options.genai_profile and ("genai" not in options.levels or False not in options.capture_modes):
+        msg = "--genai-profile profiles a genai request without graph capture (the EP does not time replays)"
+        raise UsageError(msg, tip="run it with the genai level and capture off: --levels genai --capture off or off,on")
     missing = vulkan.missing_driver(env) if options.ep == "webgpu" else None
     if missing is not None:
         msg = f"the webgpu bench cannot run: {missing} (a machine setup problem: nothing was run)"
@@ -309,6 +314,7 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
             "capture_modes": list(options.capture_modes),
             "graphs": list(options.genai_graphs),
             "adapters": list(options.genai_adapters),
+            "profile": options.genai_profile,
         }
     return plan
 
