@@ -234,6 +234,18 @@ def test_fused_over_raw_ratios_intervals_and_token_identity(tmp_path: Path) -> N
     assert (tmp_path / "genai.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
+def _one_run_document(cases: list[dict[str, Any]], *, label: str, environment: dict[str, Any]) -> dict[str, Any]:
+    """A results document of one wheel and one round holding ``cases``, summarized."""
+    document: dict[str, Any] = {
+        "wheels": [{"id": "A", "label": label}],
+        "host": {"platform": "linux"},
+        "runs": [{"wheel": "A", "round": 1, "cases": cases, "environment": environment}],
+    }
+    document |= {"software_adapter": False, "order": [], "options": {"warmups": 1, "requests": 2}, "command": []}
+    document["summary"] = report.summarize(document)
+    return document
+
+
 def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
     busy = _genai_case("fused", "a", [60.0, 61.0], [175.0, 176.0], "t") | {"capture": False}
     busy["gpu_profile"] = {
@@ -246,16 +258,8 @@ def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
     }
     refused = _genai_case("raw", "a", [100.0, 101.0], [100.0, 99.0], "t") | {"capture": False}
     refused["gpu_profile"] = {"adapter": "a", "error": "the profile has no GPU dispatch events"}
-    document: dict[str, Any] = {
-        "wheels": [{"id": "A", "label": "ours"}],
-        "host": {"platform": "linux"},
-        "runs": [{"wheel": "A", "round": 1, "cases": [busy, refused]}],
-    }
-    document |= {"software_adapter": False, "order": [], "options": {"warmups": 1, "requests": 2}, "command": []}
-    document["runs"][0]["environment"] = {"ort_version": "1.30.0", "ep": "webgpu", "ep_kind": "builtin"}
-    document["runs"][0]["environment"]["has_qlora_schema"] = True
-    document["summary"] = report.summarize(document)
-    markdown = report.markdown(document)
+    environment = {"ort_version": "1.30.0", "ep": "webgpu", "ep_kind": "builtin", "has_qlora_schema": True}
+    markdown = report.markdown(_one_run_document([busy, refused], label="ours", environment=environment))
     assert "### Where a request's time goes" in markdown
     assert (
         "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | "
@@ -270,15 +274,8 @@ def test_results_written_before_two_adapters_still_report() -> None:
     old |= {"adapter": True, "capture": False, "first_request": {"ttft_ms": 5.0}, "output_sha256": ["x"]}
     old |= {"ttft_ms": [1.0, 1.1], "decode_tok_s": [10.0, 11.0]}
     off = old | {"key": "genai/P=16/adapter=off/capture=off", "adapter": False, "output_sha256": ["y"]}
-    document: dict[str, Any] = {
-        "wheels": [{"id": "A", "label": "stock"}],
-        "host": {"platform": "linux"},
-        "runs": [{"wheel": "A", "round": 1, "cases": [old, off]}],
-    }
-    document |= {"software_adapter": False, "order": [], "options": {"warmups": 1, "requests": 2}, "command": []}
-    document["runs"][0]["environment"] = {"ort_version": "1.27.0", "ep": "cpu", "ep_kind": "cpu"}
-    document["runs"][0]["environment"]["has_qlora_schema"] = False
-    document["summary"] = report.summarize(document)
+    environment = {"ort_version": "1.27.0", "ep": "cpu", "ep_kind": "cpu", "has_qlora_schema": False}
+    document = _one_run_document([old, off], label="stock", environment=environment)
     assert document["summary"]["fused_vs_raw"] == []
     markdown = report.markdown(document)
     assert "| - | on | off | 16 | 8 | A | 1.1 (1.0-1.1) | 10.5 (10.0-11.0) | differs from adapter off |" in markdown
