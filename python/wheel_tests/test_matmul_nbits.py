@@ -90,12 +90,14 @@ def test_a_smaller_than_one_subgroup_matrix(ep: eps.EpKind, bits: int, absent: C
     """fp16, K = 32, M = 4 to 8: a rank-32 LoRA up projection over a short prompt. On GPUs with subgroup
     matrices, onnxruntime 1.30.0 gives M >= 4 to a kernel whose pipeline needs A to hold one 16 x 16 matrix
     (512 bytes): Dawn refused the dispatch for M < 8 ("bound with size 256 ... is too small")."""
-    refusal = capabilities.absent_because(capabilities.matmul_nbits_probe(ep, bits, "fp16"))
-    if refusal is not None:
-        absent(f"no {bits}-bit fp16 MatMulNBits on {ep}: {refusal}")
     rng = np.random.default_rng(40 + bits)
     weight = reference.quantize(rng.standard_normal((32, 64)), bits=bits, zero_points=False, dtype=np.float16)
-    session = eps.make_session(models.matmul_nbits(weight, dtype=np.float16), ep)
+    model = models.matmul_nbits(weight, dtype=np.float16)
+    refusal = capabilities.absent_because(capabilities.matmul_nbits_probe(ep, bits, "fp16"))
+    if refusal is not None:
+        assert_refused(lambda: eps.make_session(model, ep), refusal)
+        absent(f"no {bits}-bit fp16 MatMulNBits on {ep}: {refusal}")
+    session = eps.make_session(model, ep)
     for m in (4, 7, 8):
         a = rng.standard_normal((m, 32)).astype(np.float16)
         (y,) = session.run(None, {"A": a})
