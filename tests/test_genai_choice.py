@@ -16,6 +16,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -332,3 +333,35 @@ def test_the_genai_version_option(run_ortstack: RunOrtstack, args: list[str], ex
         return
     assert done.returncode == UsageError.exit_code, done.stderr
     assert expected in " ".join(done.stderr.split())
+
+
+@pytest.mark.slow
+def test_a_package_on_the_callers_pythonpath_is_still_installed_into_the_venv(
+    house: Path, tmp_path: Path, pip_env: dict[str, str]
+) -> None:
+    """pip counts a distribution on ``PYTHONPATH`` as installed; the suites run without the caller's
+    ``PYTHONPATH``, so genai found there must still land in the venv (else the genai suite sees none)."""
+    shadow = tmp_path / "shadow"
+    genai = house / "onnxruntime_genai-0.17.1-py3-none-any.whl"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", shadow, genai],
+        env=pip_env,
+        check=True,
+    )
+    core = make_wheel(tmp_path, "onnxruntime-webgpu", LOCAL, ("numpy>=1.21.6",))
+    made = venv.ensure(
+        str(core),
+        cache_dir=tmp_path / "cache",
+        env={**pip_env, "PYTHONPATH": str(shadow)},
+        extras_no_deps=("onnxruntime-genai==0.17.1",),
+        pip_args=offline(house),
+    )
+    clean = {k: v for k, v in pip_env.items() if k != "PYTHONPATH"}
+    shown = subprocess.run(
+        [made.python, "-c", "import onnxruntime_genai; print(onnxruntime_genai.__file__)"],
+        env=clean,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(shown.stdout.strip()).is_relative_to(made.root)

@@ -200,6 +200,9 @@ def ensure(
     Raises :class:`SuiteError` when the installation fails.
     """
     interpreter = python if python is not None else Path(sys.executable)
+    # pip counts what the caller's PYTHONPATH holds as installed and would then install nothing of
+    # it, though the suites run without that path: the venv must hold what it is asked for.
+    env = {k: v for k, v in env.items() if k not in {"PYTHONPATH", "PYTHONHOME"}}
     parts = parse_wheel_spec(spec)
     variant = json.dumps([sorted(extras_no_deps), system_site_packages])
     key = cache_key(parts, extras, interpreter, variant=variant)
