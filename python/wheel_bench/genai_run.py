@@ -258,14 +258,20 @@ def measure(
         for name in measured:
             if name != "off":
                 lora.load(str(model_dir / ADAPTER_FILES[name]), name)
-        load_ms = (time.perf_counter() - start) * 1e3
-        for prompt_length in prompt_lengths if round_ % 2 else prompt_lengths[::-1]:
-            prompt = prompts[prompt_length]
+        described["model_load_ms"] = (time.perf_counter() - start) * 1e3
+        order = prompt_lengths if round_ % 2 else prompt_lengths[::-1]
+        for prompt_length in order:
             for adapter in measured:
-                first = _request(og, model, lora, prompt, generate, adapter=adapter)
-                for _ in range(warmups):
-                    _request(og, model, lora, prompt, generate, adapter=adapter)
-                runs = [_request(og, model, lora, prompt, generate, adapter=adapter) for _ in range(requests)]
+                runs = _requests(
+                    og,
+                    model,
+                    lora,
+                    prompts[prompt_length],
+                    generate=generate,
+                    adapter=adapter,
+                    warmups=warmups,
+                    requests=requests,
+                )
                 results.append(
                     {
                         **described,
@@ -273,22 +279,41 @@ def measure(
                         "prompt": prompt_length,
                         "generate": generate,
                         "adapter": adapter,
-                        "model_load_ms": load_ms,
-                        "first_request": first,
-                        "ttft_ms": [r["ttft_ms"] for r in runs],
-                        "decode_tok_s": [r["decode_tok_s"] for r in runs],
-                        "tokens": [r["tokens"] for r in runs],
-                        "output_sha256": sorted({r["output_sha256"] for r in runs}),
+                        **runs,
                     }
                 )
         del lora, model
-        _profile_load(
-            setup, model_dir, load, results, prompts=prompts, generate=generate, adapters=measured, wanted=profile_now
-        )
+        if profile_now and not load.capture:  # the EP does not time replays
+            _add_gpu_profile(setup, model_dir, load, results, prompts=prompts, generate=generate, adapters=measured)
     return results
 
 
-def _profile_load(
+def _requests(
+    og: Any,
+    model: Any,
+    lora: Any,
+    prompt: np.ndarray,
+    *,
+    generate: int,
+    adapter: str,
+    warmups: int,
+    requests: int,
+) -> dict[str, Any]:
+    """A case's first request (cold), its warmups, then its measured requests, summed up."""
+    first = _request(og, model, lora, prompt, generate, adapter=adapter)
+    for _ in range(warmups):
+        _request(og, model, lora, prompt, generate, adapter=adapter)
+    runs = [_request(og, model, lora, prompt, generate, adapter=adapter) for _ in range(requests)]
+    return {
+        "first_request": first,
+        "ttft_ms": [r["ttft_ms"] for r in runs],
+        "decode_tok_s": [r["decode_tok_s"] for r in runs],
+        "tokens": [r["tokens"] for r in runs],
+        "output_sha256": sorted({r["output_sha256"] for r in runs}),
+    }
+
+
+def _add_gpu_profile(
     setup: EpSetup,
     model_dir: Path,
     load: Load,
@@ -297,12 +322,9 @@ def _profile_load(
     prompts: dict[int, np.ndarray],
     generate: int,
     adapters: list[str],
-    wanted: bool,
 ) -> None:
     """``gpu_profile`` for the case of ``load``'s longest prompt and first adapter (not off where it has
-    another), where it is ``wanted`` and ``load`` runs without capture (the EP does not time replays)."""
-    if not wanted or load.capture:
-        return
+    another)."""
     longest = max(prompts)
     adapter = next((a for a in adapters if a != "off"), adapters[0])
     profiled = profiled_request(
