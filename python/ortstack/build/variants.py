@@ -104,7 +104,8 @@ def _common_defines(variant: Variant, platform: str) -> dict[str, str]:
         "onnxruntime_USE_EXTERNAL_DAWN": external_dawn,
         # build.py's only choice and default (tools/ci_build/build_args.py at
         # microsoft/onnxruntime@03876adc28b33270e71f12697c068a6deb7207a1); the WGSL kernels are then
-        # generated with npm (see toolchain.check_wgsl_generator).
+        # generated while building, with npm in trees that hold its package.json (see
+        # toolchain.check_wgsl_generator), else with onnxruntime's own Python script.
         "onnxruntime_WGSL_TEMPLATE": "static",
     }
 
