@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 # K = 2048 is 64 blocks of 32: the fused kernels split a row's blocks over 32 lanes (down projection)
-# or 8 threads per output (base), so each lane accumulates 2 or 8 blocks and an accumulator that is
-# overwritten instead of added to shows. N = 300 is no multiple of any of their output tiles (32, 128,
-# 256) or of 8, so every kernel has a partial last tile.
+# or 32 threads per output (base), so each lane accumulates 2 blocks and an accumulator that is
+# overwritten instead of added to shows. N = 300 is no multiple of any of their output tiles (8, 128,
+# 256), so every kernel has a partial last tile.
 K, N, RANK = 2048, 300, 32
 # N = 336 is a multiple of 16, which onnxruntime's tiled DP4A base kernel needs (with accuracy level 4 and
 # four or more rows), but not of its 64-column tile: the kernel that adds the fused up projection in its
