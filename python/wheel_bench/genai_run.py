@@ -259,8 +259,7 @@ def measure(
             if name != "off":
                 lora.load(str(model_dir / ADAPTER_FILES[name]), name)
         described["model_load_ms"] = (time.perf_counter() - start) * 1e3
-        order = prompt_lengths if round_ % 2 else prompt_lengths[::-1]
-        for prompt_length in order:
+        for prompt_length in prompt_lengths if round_ % 2 else prompt_lengths[::-1]:
             for adapter in measured:
                 runs = _requests(
                     og,
