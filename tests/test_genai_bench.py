@@ -8,6 +8,7 @@ document of known samples.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -255,17 +256,70 @@ def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
         "gpu_ms": 200.0,
         "dispatches": 4000,
         "busiest_programs_ms": {"MatMulNBitsQLoRA&QLoRAGemv": 90.0, "GroupQueryAttention&FlashAttention": 40.5},
+        "runs": 129,
+        "in_run_ms": 700.0,
+        "executing_ms": 650.0,
+        "node_host_ms": {"WebGpu": 500.0, "CPU": 12.5},
     }
+    before_host_phases = _genai_case("fused", "b", [60.0, 61.0], [175.0, 176.0], "t") | {"capture": False}
+    before_host_phases["gpu_profile"] = {k: v for k, v in busy["gpu_profile"].items() if k != "runs"} | {"adapter": "b"}
     refused = _genai_case("raw", "a", [100.0, 101.0], [100.0, 99.0], "t") | {"capture": False}
     refused["gpu_profile"] = {"adapter": "a", "error": "the profile has no GPU dispatch events"}
     environment = {"ort_version": "1.30.0", "ep": "webgpu", "ep_kind": "builtin", "has_qlora_schema": True}
-    markdown = report.markdown(_one_run_document([busy, refused], label="ours", environment=environment))
+    document = _one_run_document([busy, before_host_phases, refused], label="ours", environment=environment)
+    markdown = report.markdown(document)
     assert "### Where a request's time goes" in markdown
     assert (
-        "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | "
+        "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | 129 | 700.0 | 650.0 | WebGpu 500.0, CPU 12.5 | "
         "`MatMulNBitsQLoRA&QLoRAGemv` 90.0, `GroupQueryAttention&FlashAttention` 40.5 |"
     ) in markdown
-    assert "| A | raw | 128 | 128 | a | - | the profile has no GPU dispatch events | - | - |" in markdown
+    assert "| A | fused | 128 | 128 | b | 800.0 | 200.0 (25%) | 4000 | not recorded | - | - | - | `MatMul" in markdown
+    refused_line = "| A | raw | 128 | 128 | a | - | the profile has no GPU dispatch events | - | - | - | - | - | - |"
+    assert refused_line in markdown
+
+
+def _profile_events(request_runs: list[list[list[tuple[str, str, float]]]]) -> list[dict[str, Any]]:
+    """onnxruntime profile events of requests made of decoder runs, each run a list of (node, provider, µs)
+    nodes, laid out as onnxruntime writes them: per run its nodes, the executor's event and ``model_run``."""
+    events: list[dict[str, Any]] = []
+    ts = 0.0
+    for runs in request_runs:
+        for nodes in runs:
+            start = ts
+            for name, provider, dur in nodes:
+                args = {"op_name": name, "provider": provider}
+                events.append({"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "args": args})
+                events.append({"cat": "Node", "name": f"{name}_fence_after", "ts": ts + dur, "dur": 0, "args": args})
+                ts += dur + 10.0
+            executing = ts - start
+            events.append({"cat": "Session", "name": "SequentialExecutor::Execute", "ts": start, "dur": executing})
+            events.append({"cat": "Session", "name": "model_run", "ts": start - 5.0, "dur": executing + 20.0})
+            ts += 1000.0  # genai's own time between runs
+    return events
+
+
+def test_host_phases_reads_the_last_requests_runs_executor_and_nodes_by_ep() -> None:
+    run = [("MatMul", "WebGpuExecutionProvider", 30.0), ("Shape", "CPUExecutionProvider", 4.0)]
+    first = [[("MatMul", "WebGpuExecutionProvider", 900.0)], run, run]  # the first request compiles
+    events = _profile_events([first, [run, run, run]])
+    phases = genai_run.host_phases(events)
+    assert phases["runs"] == 3
+    assert phases["node_host_ms"] == pytest.approx({"WebGpu": 0.090, "CPU": 0.012})
+    assert phases["executing_ms"] == pytest.approx(3 * (30 + 10 + 4 + 10) / 1e3)
+    assert phases["in_run_ms"] == pytest.approx(3 * (30 + 10 + 4 + 10 + 20) / 1e3)
+    uneven = _profile_events([first, [run, run]])
+    assert genai_run.host_phases(uneven) == {"host_error": "5 decoder runs do not split into two equal requests"}
+
+
+def test_the_models_own_webgpu_options_are_kept(tmp_path: Path) -> None:
+    """genai's builder turns WebGPU validation off in the model's config; clearing providers drops that."""
+    options = {"log_id": "onnxruntime-genai", "provider_options": [{"webgpu": {"validationMode": "disabled"}}]}
+    config = {"model": {"decoder": {"session_options": options, "filename": "model.onnx"}}}
+    (tmp_path / "genai_config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert genai_run.webgpu_options(tmp_path) == {"validationMode": "disabled"}
+    del config["model"]["decoder"]["session_options"]
+    (tmp_path / "genai_config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert genai_run.webgpu_options(tmp_path) == {}
 
 
 def test_results_written_before_two_adapters_still_report() -> None:

@@ -73,8 +73,17 @@ def _model(setup: EpSetup, model_dir: Path, *, graph: str, capture: bool, profil
             og.register_execution_provider_library(ep.WEBGPU, ep.plugin_library())
             ep.registered.add("genai")
         config.append_provider("webgpu")
-        config.set_provider_option("webgpu", "enableGraphCapture", "1" if capture else "0")
+        # As the model was built (its builder turns validation off for speed), capture as the case asks.
+        for name, value in {**webgpu_options(model_dir), "enableGraphCapture": "1" if capture else "0"}.items():
+            config.set_provider_option("webgpu", name, value)
     return og.Model(config)
+
+
+def webgpu_options(model_dir: Path) -> dict[str, str]:
+    """The WebGPU provider options the model's ``genai_config.json`` names (``clear_providers`` drops them)."""
+    config = json.loads((model_dir / "genai_config.json").read_text(encoding="utf-8"))
+    providers = config["model"]["decoder"].get("session_options", {}).get("provider_options", [])
+    return {name: str(value) for entry in providers for name, value in entry.get("webgpu", {}).items()}
 
 
 def graph_check(setup: EpSetup, model_dir: Path, graph: str, targets: int) -> dict[str, Any]:
@@ -162,8 +171,9 @@ def profiled_request(
         profiles = sorted(Path(tmp).glob("genai*.json"))
         if not profiles:
             return {"error": "onnxruntime wrote no profile for the decoder's session"}
+        events = json.loads(profiles[-1].read_text(encoding="utf-8"))
         try:
-            times = gpu_time.per_run(gpu_time.kernel_events(profiles[-1]), 2, skip=1)
+            times = gpu_time.per_run(gpu_time.kernel_events(events), 2, skip=1)
         except gpu_time.NoKernelTimes as exc:
             return {"error": str(exc)}
     wall = runs[-1]
@@ -177,7 +187,36 @@ def profiled_request(
         "gpu_ms": times.run_us[0] / 1e3,
         "dispatches": times.dispatches,
         "busiest_programs_ms": {program: us / 1e3 for program, us in busiest},
+        **host_phases(events),
     }
+
+
+def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the host spends the last of two requests, from onnxruntime's session events: the decoder's
+    runs (``model_run``: inputs in, kernels, outputs out), the executor's part of them (kernels enqueued),
+    and the nodes' own host time by EP (a CPU EP share is a fallback). Wall time outside the runs is
+    genai's own (search, KV cache, readback waits)."""
+    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=_ts)
+    if len(runs) < 2 or len(runs) % 2:
+        return {"host_error": f"{len(runs)} decoder runs do not split into two equal requests"}
+    start = _ts(runs[len(runs) // 2])
+    last = [e for e in events if _ts(e) >= start]
+    nodes: dict[str, float] = {}
+    for event in last:
+        if event.get("cat") == "Node" and str(event.get("name", "")).endswith("_kernel_time"):
+            provider = str(event.get("args", {}).get("provider", "?")).removesuffix("ExecutionProvider")
+            nodes[provider] = nodes.get(provider, 0.0) + float(event["dur"]) / 1e3
+    executing = [e for e in last if str(e.get("name", "")).endswith("Executor::Execute")]
+    return {
+        "runs": len(runs) // 2,
+        "in_run_ms": sum(float(e["dur"]) for e in runs[len(runs) // 2 :]) / 1e3,
+        "executing_ms": sum(float(e["dur"]) for e in executing) / 1e3,
+        "node_host_ms": nodes,
+    }
+
+
+def _ts(event: dict[str, Any]) -> float:
+    return float(event.get("ts", 0.0))
 
 
 def key(graph: str, prompt_length: int, *, adapter: str, capture: bool) -> str:

@@ -42,9 +42,10 @@ class NoKernelTimes(Exception):  # noqa: N818 - a reason, carried to the results
     """Why a profile gave no per-run GPU times."""
 
 
-def kernel_events(profile: Path) -> list[dict[str, Any]]:
-    """The WebGPU EP's dispatch events of an onnxruntime profile, in the order it wrote them."""
-    events = json.loads(profile.read_text(encoding="utf-8"))
+def kernel_events(profile: Path | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The WebGPU EP's dispatch events of an onnxruntime profile (its file or its events), in the order
+    it wrote them."""
+    events = json.loads(profile.read_text(encoding="utf-8")) if isinstance(profile, Path) else profile
     return [e for e in events if isinstance(e.get("args"), dict) and "cache_key" in e["args"]]
 
 

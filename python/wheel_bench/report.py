@@ -642,28 +642,38 @@ def _genai_profile_table(document: dict[str, Any]) -> list[str]:
         (
             "The second of two requests on a model of its own with onnxruntime's profiler on: wall ms (TTFT and "
             "decode, slowed somewhat by the profiler), the GPU time of its dispatches (timestamp queries) and the "
-            "busiest programs. GPU time far below wall time: the host sets the pace."
+            "busiest programs. GPU time far below wall time: the host sets the pace. On the host: the decoder's "
+            "runs (in Run: inputs in, kernels, outputs out), the executor's part of them (kernels enqueued) and "
+            "the nodes' own time by EP; wall time outside the runs is genai's own."
         ),
         "",
         (
             "| wheel | graph | prompt | generated | adapter | wall ms | GPU ms (busy) | dispatches | "
-            "busiest programs, GPU ms |"
+            "runs | in Run ms | executing ms | node host ms by EP | busiest programs, GPU ms |"
         ),
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for wheel, case in profiled:
         profile = case["gpu_profile"]
         head = f"| {wheel} | {case['graph']} | {case['prompt']} | {case['generate']} | {profile.get('adapter', '-')} |"
         if "error" in profile:
-            lines.append(f"{head} - | {profile['error']} | - | - |")
+            lines.append(f"{head} - | {profile['error']} | - | - | - | - | - | - |")
             continue
         busy = profile["gpu_ms"] / profile["wall_ms"] if profile["wall_ms"] else float("nan")
         busiest = ", ".join(f"`{name}` {ms:.1f}" for name, ms in profile["busiest_programs_ms"].items())
         lines.append(
             f"{head} {profile['wall_ms']:.1f} | {profile['gpu_ms']:.1f} ({busy:.0%}) | {profile['dispatches']} | "
-            f"{busiest} |"
+            f"{_host_phases(profile)} | {busiest} |"
         )
     return [*lines, ""]
+
+
+def _host_phases(profile: dict[str, Any]) -> str:
+    """Runs, in-Run, executing and node host ms cells; results written before they were kept say so."""
+    if "runs" not in profile:
+        return " | ".join([profile.get("host_error", "not recorded"), "-", "-", "-"])
+    nodes = ", ".join(f"{ep} {ms:.1f}" for ep, ms in sorted(profile["node_host_ms"].items(), key=lambda i: -i[1]))
+    return f"{profile['runs']} | {profile['in_run_ms']:.1f} | {profile['executing_ms']:.1f} | {nodes or '-'}"
 
 
 def _fused_vs_raw_section(rows: list[dict[str, Any]]) -> list[str]:
