@@ -350,3 +350,39 @@ def test_a_build_with_other_compilers_configures_onnxruntime_afresh_with_every_o
         assert ("starts afresh" in output) == (cxx_compiler == cxx)
         assert _cached(cache, "CMAKE_CXX_COMPILER") == cxx_compiler
         assert _cached(cache, option) == "ON", f"{option} lost after switching to {cxx_compiler}"
+
+
+def test_a_build_for_another_python_drops_what_findpython_found_for_the_last_one(
+    tmp_path: Path, upstream: Upstream, cli_env: dict[str, str]
+) -> None:
+    """FindPython takes a new interpreter but keeps the headers it found for the last one and then refuses
+    them (on a real tree: 3.11 then 3.12, "Could NOT find Python (missing: Development.Module NumPy)"). When
+    the cache names another interpreter, ortstack drops that state and nothing else; the same interpreter
+    leaves the cache as it is (a no-op build must not configure again)."""
+    project = make_project(tmp_path / "project", upstream, cli_env, extra='[variant.webgpu]\nkind = "webgpu"\n')
+    assert_ok(project.ortstack("fetch", "--deps"))
+    assert_ok(project.ortstack("patch"))
+    assert_ok(project.ortstack("build"))
+    cache = project.work / "cmake" / "webgpu" / "ort" / "CMakeCache.txt"
+    assert _cached(cache, "_Python_EXECUTABLE") == sys.executable
+    assert _cached(cache, "_Python_INCLUDE_DIR")
+
+    unchanged = cache.read_bytes()
+    output = assert_ok(project.ortstack("build"))
+    assert "Python changed" not in output
+    assert cache.read_bytes() == unchanged
+
+    # The cache as a configure under another interpreter leaves it, and an edit so that a build runs.
+    other = str(tmp_path / "other" / "bin" / "python3")
+    text = cache.read_text(encoding="utf-8")
+    for name in ("Python_EXECUTABLE:STRING", "_Python_EXECUTABLE:INTERNAL"):
+        text = text.replace(f"\n{name}={sys.executable}\n", f"\n{name}={other}\n")
+    cache.write_text(text, encoding="utf-8")
+    options = cache.parent.parent / "ort-options.cmake"
+    options.write_text(options.read_text(encoding="utf-8").replace(f"[==[{sys.executable}]==]", f"[==[{other}]==]"))
+    source = project.work / "prepared" / "webgpu" / "onnxruntime" / "core" / "platform" / "telemetry_1ds.cc"
+    source.write_text(source.read_text(encoding="utf-8") + "// edited\n", encoding="utf-8")
+    output = assert_ok(project.ortstack("build"))
+    assert f"Python changed ({other} -> {sys.executable})" in output
+    assert _cached(cache, "_Python_EXECUTABLE") == sys.executable
+    assert _cached(cache, "onnxruntime_USE_WEBGPU") == "ON"

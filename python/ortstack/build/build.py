@@ -197,6 +197,28 @@ def _forget_other_compilers(build_dir: Path, tools: toolchain.Toolchain) -> None
         remove_tree(build_dir / ORT_PREFIX_DIR)
 
 
+_CACHED_PYTHON = re.compile(r"^Python_EXECUTABLE:[A-Z]+=(.*)$", re.MULTILINE)
+# An entry with the comment lines above it: a comment left without its entry breaks the cache.
+_FIND_PYTHON_STATE = re.compile(r"(?:^//.*\n)*^_Python3?_\w+:INTERNAL=.*\n?", re.MULTILINE)
+
+
+def _forget_other_python(build_dir: Path, python: str) -> None:
+    """Drop FindPython's state from onnxruntime's cache when it was configured for another interpreter, as
+    ``cmake -U`` would. FindPython takes the new interpreter but keeps the headers and NumPy it found for the
+    old one, and then refuses them ("Could NOT find Python (missing: Development.Module NumPy)"): a wheel for
+    a second Python could not be built in the same work dir."""
+    cache = build_dir / ORT_BINARY_DIR / "CMakeCache.txt"
+    try:
+        text = cache.read_text("utf-8")
+    except OSError:
+        return
+    cached = _CACHED_PYTHON.search(text)
+    if cached is None or cached.group(1) == python:
+        return
+    log.info(f"Python changed ({cached.group(1)} -> {python}): onnxruntime's configure looks for it afresh")
+    cache.write_text(_FIND_PYTHON_STATE.sub("", text), "utf-8")
+
+
 def _fingerprint(parts: Mapping[str, object]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -407,6 +429,7 @@ def _build(
     }
     touch_changed_files(tree, build_dir, settings.env)
     _forget_other_compilers(build_dir, tools)
+    _forget_other_python(build_dir, sys.executable)
     log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
     landed = _compile(
         settings,

@@ -1,3 +1,6 @@
+# The interpreter and headers the bindings build against, found as onnxruntime finds them (it adds NumPy).
+find_package(Python 3.10 REQUIRED COMPONENTS Interpreter Development.Module)
+
 # Assemble the Python package in the build tree, as onnxruntime's build does before its setup.py
 # packs it: <build>/onnxruntime/__init__.py, <build>/onnxruntime/capi/{*.py, the library}.
 set(onnxruntime_python_dir "${CMAKE_BINARY_DIR}/onnxruntime")
