@@ -15,6 +15,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 
 from clirun import one_error
@@ -191,6 +192,9 @@ def test_fused_over_raw_ratios_intervals_and_token_identity(tmp_path: Path) -> N
                 {k: v for k, v in off.items() if k not in {"ttft_ms", "decode_tok_s", "output_sha256"}}
                 | {"error": error}
             )
+        if round_ == 1:  # as genai_run writes it, on the fused cases of round 1
+            agreement = genai_run.logits_agreement(np.array([1.0, 3.0, -2.0, 2.0]), np.array([1.0, 2.0, -2.0, 2.0]))
+            cases[0]["logits_vs_raw"] = agreement | {"prompt": 128}
         rounds.append({"wheel": "A", "round": round_, "cases": cases})
     document: dict[str, Any] = {
         "wheels": [{"id": "A", "label": "ours"}],
@@ -222,8 +226,11 @@ def test_fused_over_raw_ratios_intervals_and_token_identity(tmp_path: Path) -> N
     assert "## Fused / raw graph on the same wheel" in markdown
     assert (
         "| A | 128 | a | on | 0.600 (0.598-0.602) | fused better | 1.750 (1.747-1.753) | fused better | yes | "
+        "P = 128: RMSE 0.5 (27.74% of raw RMS), max 1, same argmax | "
         "fused: 4/4 | raw: 0/4 fused with MatMulNBitsQLoRAFusion disabled, 8 INT8 MatMulNBits |"
     ) in markdown
+    assert "| A | 128 | b | on | 1.000 (0.996-1.004) | no difference |" in markdown
+    assert "| no | - | fused: 4/4 |" in markdown  # adapter b: no logits recorded
     assert "| A | 128 | off | on | adapter off needs empty-weight MatMulNBits" in markdown
     assert "| fused | b | on | 128 | 128 | A | 50.0 (49.8-50.2) | 100.1 (99.9-100.3) |" in markdown
     assert "differs from adapter off" not in markdown  # adapter off was not measured: nothing to compare
@@ -369,3 +376,14 @@ def test_a_builder_python_without_the_builders_modules_is_refused_before_anythin
     options = bench.replace(options, builder_python=tmp_path / "no-such-python")
     with pytest.raises(UsageError, match="cannot run"):
         bench.check_before_installing(options, dict(os.environ))
+
+
+def test_logits_agreement_says_how_far_fused_is_from_raw_and_whether_greedy_picks_the_same() -> None:
+    raw = np.array([0.0, 2.0, 1.9, -4.0])
+    same = genai_run.logits_agreement(raw + 0.01, raw)
+    assert same["rmse"] == pytest.approx(0.01)
+    assert same["relative"] == pytest.approx(0.01 / np.sqrt(np.mean(raw**2)))
+    assert same["same_argmax"] is True
+    flipped = genai_run.logits_agreement(raw + np.array([0.0, 0.0, 0.2, 0.0]), raw)
+    assert flipped["max_abs"] == pytest.approx(0.2)
+    assert flipped["same_argmax"] is False

@@ -162,9 +162,7 @@ def profiled_request(
     with tempfile.TemporaryDirectory() as tmp:
         prefix = Path(tmp) / "genai"
         model = _model(setup, model_dir, graph=graph, capture=False, profile_prefix=str(prefix))
-        lora = og.Adapters(model)
-        if adapter != "off":
-            lora.load(str(model_dir / ADAPTER_FILES[adapter]), adapter)
+        lora = _adapters(og, model, model_dir, [adapter])
         runs = [_request(og, model, lora, prompt, generate, adapter=adapter) for _ in range(2)]
         # The decoder's session writes its profile when it ends.
         del lora, model
@@ -271,6 +269,8 @@ def measure(
     empty_refused = ops.empty_weights_refusal(setup.ep) if "off" in adapters else None
     prompts = {p: np.random.default_rng(p).integers(3, vocab, size=p, dtype=np.int32) for p in prompt_lengths}
     profile_now = profile and round_ == 1
+    # Round 1: the shortest prompt's last logits per graph and adapter, to set fused beside raw.
+    prompt_logits: dict[tuple[str, str], np.ndarray] = {}
     results: list[dict[str, Any]] = []
     for load in loads(graphs, capture_modes, adapters, round_=round_):
         described = {"level": "genai", "graph": load.graph, "capture": load.capture, "graph_check": checks[load.graph]}
@@ -293,11 +293,13 @@ def measure(
             case_key = f"genai/graph={load.graph}/capture={'on' if load.capture else 'off'}"
             results.append({**described, "key": case_key, "error": str(exc)})
             continue
-        lora = og.Adapters(model)
-        for name in measured:
-            if name != "off":
-                lora.load(str(model_dir / ADAPTER_FILES[name]), name)
+        lora = _adapters(og, model, model_dir, measured)
         described["model_load_ms"] = (time.perf_counter() - start) * 1e3
+        if round_ == 1 and not load.capture:
+            prompt_logits |= {
+                (load.graph, a): _prompt_logits(og, model, lora, prompts[min(prompt_lengths)], adapter=a)
+                for a in measured
+            }
         for prompt_length in prompt_lengths if round_ % 2 else prompt_lengths[::-1]:
             for adapter in measured:
                 runs = _requests(
@@ -323,7 +325,56 @@ def measure(
         del lora, model
         if profile_now and not load.capture:  # the EP does not time replays
             _add_gpu_profile(setup, model_dir, load, results, prompts=prompts, generate=generate, adapters=measured)
+    _add_logits_agreement(results, prompt_logits, prompt=min(prompt_lengths))
     return results
+
+
+def _add_logits_agreement(
+    results: list[dict[str, Any]], prompt_logits: dict[tuple[str, str], np.ndarray], *, prompt: int
+) -> None:
+    """``logits_vs_raw`` on every fused case of an adapter state whose prompt logits both graphs gave."""
+    for (graph, adapter), fused in prompt_logits.items():
+        raw = prompt_logits.get(("raw", adapter))
+        if graph != "fused" or raw is None:
+            continue
+        agreement = logits_agreement(fused, raw) | {"prompt": prompt}
+        for case in results:
+            if case.get("graph") == "fused" and case.get("adapter") == adapter and "error" not in case:
+                case["logits_vs_raw"] = agreement
+
+
+def _adapters(og: Any, model: Any, model_dir: Path, names: list[str]) -> Any:
+    """genai's adapter container of ``model`` with each named adapter of the model dir loaded (off: none)."""
+    lora = og.Adapters(model)
+    for name in names:
+        if name != "off":
+            lora.load(str(model_dir / ADAPTER_FILES[name]), name)
+    return lora
+
+
+def _prompt_logits(og: Any, model: Any, adapters: Any, prompt: np.ndarray, *, adapter: str) -> np.ndarray:
+    """The logits of the prompt's last position after the prefill."""
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + 1, do_sample=False)
+    generator = og.Generator(model, params)
+    if adapter != "off":
+        generator.set_active_adapter(adapters, adapter)
+    generator.append_tokens(prompt)
+    logits = np.asarray(generator.get_output("logits"), dtype=np.float64)
+    return logits.reshape(-1, logits.shape[-1])[-1]
+
+
+def logits_agreement(fused: np.ndarray, raw: np.ndarray) -> dict[str, Any]:
+    """How far the fused graph's logits are from the raw graph's (the seed reports the RMSE): RMSE, relative
+    to the raw logits' RMS, the largest difference, and whether the greedy token is the same."""
+    rmse = float(np.sqrt(np.mean((fused - raw) ** 2)))
+    raw_rms = float(np.sqrt(np.mean(raw**2)))
+    return {
+        "rmse": rmse,
+        "relative": rmse / raw_rms if raw_rms else float("nan"),
+        "max_abs": float(np.abs(fused - raw).max()),
+        "same_argmax": int(np.argmax(fused)) == int(np.argmax(raw)),
+    }
 
 
 def _requests(

@@ -325,6 +325,8 @@ def fused_vs_raw(
                     "verdict": comparison.verdict.replace("B ", "fused ") if as_named else NOT_AS_NAMED,
                 }
             row["same_tokens"] = outputs[(wheel, key)] == outputs[(wheel, raw_key)]
+            if "logits_vs_raw" in fused:
+                row["logits_vs_raw"] = fused["logits_vs_raw"]
             out.append(row)
     return out
 
@@ -689,24 +691,34 @@ def _fused_vs_raw_section(rows: list[dict[str, Any]]) -> list[str]:
         "",
         (
             "| wheel | prompt | adapter | capture | TTFT fused/raw (95 %) | verdict | decode fused/raw (95 %) | "
-            "verdict | same tokens | fused graph | raw graph |"
+            "verdict | same tokens | prompt logits fused vs raw | fused graph | raw graph |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (r["wheel"], r["capture"], r["prompt"], r["adapter"])):
         head = f"| {r['wheel']} | {r['prompt']} | {r['adapter']} | {_on_off(r['capture'])} |"
         checks = f"{_check(r['fused_check'])} | {_check(r['raw_check'])} |"
         if "not_measured" in r:
-            lines.append(f"{head} {r['not_measured']} | | | | | {checks}")
+            lines.append(f"{head} {r['not_measured']} | | | | | | {checks}")
             continue
         ttft, decode = r["ttft_ms"], r["decode_tok_s"]
         lines.append(
             f"{head} {_interval(ttft['ratio'], ttft['ci'], 3)} | {ttft['verdict']} | "
             f"{_interval(decode['ratio'], decode['ci'], 3)} | {decode['verdict']} | "
-            f"{'yes' if r['same_tokens'] else 'no'} | {checks}"
+            f"{'yes' if r['same_tokens'] else 'no'} | {_logits_agreement(r.get('logits_vs_raw'))} | {checks}"
         )
     lines.append("")
     return lines
+
+
+def _logits_agreement(agreement: dict[str, Any] | None) -> str:
+    if agreement is None:
+        return "-"
+    argmax = "same" if agreement["same_argmax"] else "other"
+    return (
+        f"P = {agreement['prompt']}: RMSE {agreement['rmse']:.3g} ({agreement['relative']:.2%} of raw RMS), "
+        f"max {agreement['max_abs']:.3g}, {argmax} argmax"
+    )
 
 
 def _check(check: dict[str, Any]) -> str:
