@@ -295,11 +295,6 @@ def measure(
             continue
         lora = _adapters(og, model, model_dir, measured)
         described["model_load_ms"] = (time.perf_counter() - start) * 1e3
-        if round_ == 1 and not load.capture:
-            prompt_logits |= {
-                (load.graph, a): _prompt_logits(og, model, lora, prompts[min(prompt_lengths)], adapter=a)
-                for a in measured
-            }
         for prompt_length in prompt_lengths if round_ % 2 else prompt_lengths[::-1]:
             for adapter in measured:
                 runs = _requests(
@@ -322,6 +317,12 @@ def measure(
                         **runs,
                     }
                 )
+        # After the requests, so that round 1's first request still meets cold shaders.
+        if round_ == 1 and not load.capture:
+            prompt_logits |= {
+                (load.graph, a): _prompt_logits(og, model, lora, prompts[min(prompt_lengths)], adapter=a)
+                for a in measured
+            }
         del lora, model
         if profile_now and not load.capture:  # the EP does not time replays
             _add_gpu_profile(setup, model_dir, load, results, prompts=prompts, generate=generate, adapters=measured)
