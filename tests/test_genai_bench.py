@@ -265,11 +265,14 @@ def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
         "busiest_programs_ms": {"MatMulNBitsQLoRA&QLoRAGemv": 90.0, "GroupQueryAttention&FlashAttention": 40.5},
         "runs": 129,
         "in_run_ms": 700.0,
-        "executing_ms": 650.0,
-        "node_host_ms": {"WebGpu": 500.0, "CPU": 12.5},
+        "recorded_runs": 2,
+        "recorded_in_run_ms": 40.0,
+        "executing_ms": 30.0,
+        "node_host_ms": {"WebGpu": 25.0, "CPU": 1.5},
     }
     before_host_phases = _genai_case("fused", "b", [60.0, 61.0], [175.0, 176.0], "t") | {"capture": False}
-    before_host_phases["gpu_profile"] = {k: v for k, v in busy["gpu_profile"].items() if k != "runs"} | {"adapter": "b"}
+    before_host_phases["gpu_profile"] = {k: v for k, v in busy["gpu_profile"].items() if k != "recorded_runs"}
+    before_host_phases["gpu_profile"]["adapter"] = "b"
     refused = _genai_case("raw", "a", [100.0, 101.0], [100.0, 99.0], "t") | {"capture": False}
     refused["gpu_profile"] = {"adapter": "a", "error": "the profile has no GPU dispatch events"}
     environment = {"ort_version": "1.30.0", "ep": "webgpu", "ep_kind": "builtin", "has_qlora_schema": True}
@@ -277,7 +280,8 @@ def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
     markdown = report.markdown(document)
     assert "### Where a request's time goes" in markdown
     assert (
-        "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | 129 | 700.0 | 650.0 | WebGpu 500.0, CPU 12.5 | "
+        "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | 129: 700.0 | 2: 40.0 | 30.0 | "
+        "WebGpu 25.0, CPU 1.5 | "
         "`MatMulNBitsQLoRA&QLoRAGemv` 90.0, `GroupQueryAttention&FlashAttention` 40.5 |"
     ) in markdown
     assert "| A | fused | 128 | 128 | b | 800.0 | 200.0 (25%) | 4000 | not recorded | - | - | - | `MatMul" in markdown
@@ -287,7 +291,8 @@ def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
 
 def _profile_events(request_runs: list[list[list[tuple[str, str, float]]]]) -> list[dict[str, Any]]:
     """onnxruntime profile events of requests made of decoder runs, each run a list of (node, provider, µs)
-    nodes, laid out as onnxruntime writes them: per run its nodes, the executor's event and ``model_run``."""
+    nodes, laid out as onnxruntime writes them: per run its nodes, the executor's event and ``model_run``. A
+    run without nodes has neither node nor executor events, as onnxruntime 1.30.0 writes most decode runs."""
     events: list[dict[str, Any]] = []
     ts = 0.0
     for runs in request_runs:
@@ -298,24 +303,29 @@ def _profile_events(request_runs: list[list[list[tuple[str, str, float]]]]) -> l
                 events.append({"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "args": args})
                 events.append({"cat": "Node", "name": f"{name}_fence_after", "ts": ts + dur, "dur": 0, "args": args})
                 ts += dur + 10.0
-            executing = ts - start
-            events.append({"cat": "Session", "name": "SequentialExecutor::Execute", "ts": start, "dur": executing})
-            events.append({"cat": "Session", "name": "model_run", "ts": start - 5.0, "dur": executing + 20.0})
+            if nodes:
+                executing = ts - start
+                events.append({"cat": "Session", "name": "SequentialExecutor::Execute", "ts": start, "dur": executing})
+            else:
+                ts += 50.0  # a run as long as one with nodes, none recorded
+            events.append({"cat": "Session", "name": "model_run", "ts": start - 5.0, "dur": ts - start + 20.0})
             ts += 1000.0  # genai's own time between runs
     return events
 
 
-def test_host_phases_reads_the_last_requests_runs_executor_and_nodes_by_ep() -> None:
+def test_host_phases_reads_the_last_requests_runs_and_the_nodes_of_the_runs_that_recorded_them() -> None:
     run = [("MatMul", "WebGpuExecutionProvider", 30.0), ("Shape", "CPUExecutionProvider", 4.0)]
-    first = [[("MatMul", "WebGpuExecutionProvider", 900.0)], run, run]  # the first request compiles
-    events = _profile_events([first, [run, run, run]])
+    first = [[("MatMul", "WebGpuExecutionProvider", 900.0)], run, run, run]  # the first request compiles
+    events = _profile_events([first, [run, run, [], []]])
     phases = genai_run.host_phases(events)
-    assert phases["runs"] == 3
-    assert phases["node_host_ms"] == pytest.approx({"WebGpu": 0.090, "CPU": 0.012})
-    assert phases["executing_ms"] == pytest.approx(3 * (30 + 10 + 4 + 10) / 1e3)
-    assert phases["in_run_ms"] == pytest.approx(3 * (30 + 10 + 4 + 10 + 20) / 1e3)
-    uneven = _profile_events([first, [run, run]])
-    assert genai_run.host_phases(uneven) == {"host_error": "5 decoder runs do not split into two equal requests"}
+    assert phases["runs"] == 4
+    assert phases["in_run_ms"] == pytest.approx((2 * (30 + 10 + 4 + 10 + 20) + 2 * (50 + 20)) / 1e3)
+    assert phases["recorded_runs"] == 2
+    assert phases["recorded_in_run_ms"] == pytest.approx(2 * (30 + 10 + 4 + 10 + 20) / 1e3)
+    assert phases["executing_ms"] == pytest.approx(2 * (30 + 10 + 4 + 10) / 1e3)
+    assert phases["node_host_ms"] == pytest.approx({"WebGpu": 0.060, "CPU": 0.008})
+    uneven = _profile_events([first, [run, run, run]])
+    assert genai_run.host_phases(uneven) == {"host_error": "7 decoder runs do not split into two equal requests"}
 
 
 def test_the_models_own_webgpu_options_are_kept(tmp_path: Path) -> None:

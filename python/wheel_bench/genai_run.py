@@ -190,25 +190,34 @@ def profiled_request(
 
 
 def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Where the host spends the last of two requests, from onnxruntime's session events: the decoder's
-    runs (``model_run``: inputs in, kernels, outputs out), the executor's part of them (kernels enqueued),
-    and the nodes' own host time by EP (a CPU EP share is a fallback). Wall time outside the runs is
-    genai's own (search, KV cache, readback waits)."""
+    """Where the host spends the last of two requests, from onnxruntime's session events: the decoder's runs
+    (``model_run``: inputs in, kernels, outputs out); wall time outside them is genai's own. onnxruntime writes
+    node and executor events for only some runs (1.30.0: the first two of a request), so those are summed over
+    the runs that have them, with the same runs' ``model_run`` time beside them: the executor's part (kernels
+    enqueued) and the nodes' own host time by EP (a CPU EP share is a fallback)."""
     runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=_ts)
     if len(runs) < 2 or len(runs) % 2:
         return {"host_error": f"{len(runs)} decoder runs do not split into two equal requests"}
-    start = _ts(runs[len(runs) // 2])
-    last = [e for e in events if _ts(e) >= start]
+    last_runs = runs[len(runs) // 2 :]
+    recorded: list[dict[str, Any]] = []
+    executing = 0.0
     nodes: dict[str, float] = {}
-    for event in last:
-        if event.get("cat") == "Node" and str(event.get("name", "")).endswith("_kernel_time"):
+    for run in last_runs:
+        inside = [e for e in events if e is not run and _ts(run) <= _ts(e) <= _ts(run) + float(run["dur"])]
+        kernels = [e for e in inside if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+        if not kernels:
+            continue
+        recorded.append(run)
+        executing += sum(float(e["dur"]) for e in inside if str(e.get("name", "")).endswith("Executor::Execute"))
+        for event in kernels:
             provider = str(event.get("args", {}).get("provider", "?")).removesuffix("ExecutionProvider")
             nodes[provider] = nodes.get(provider, 0.0) + float(event["dur"]) / 1e3
-    executing = [e for e in last if str(e.get("name", "")).endswith("Executor::Execute")]
     return {
-        "runs": len(runs) // 2,
-        "in_run_ms": sum(float(e["dur"]) for e in runs[len(runs) // 2 :]) / 1e3,
-        "executing_ms": sum(float(e["dur"]) for e in executing) / 1e3,
+        "runs": len(last_runs),
+        "in_run_ms": sum(float(e["dur"]) for e in last_runs) / 1e3,
+        "recorded_runs": len(recorded),
+        "recorded_in_run_ms": sum(float(e["dur"]) for e in recorded) / 1e3,
+        "executing_ms": executing / 1e3,
         "node_host_ms": nodes,
     }
 

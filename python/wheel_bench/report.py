@@ -645,13 +645,15 @@ def _genai_profile_table(document: dict[str, Any]) -> list[str]:
             "The second of two requests on a model of its own with onnxruntime's profiler on: wall ms (TTFT and "
             "decode, slowed somewhat by the profiler), the GPU time of its dispatches (timestamp queries) and the "
             "busiest programs. GPU time far below wall time: the host sets the pace. On the host: the decoder's "
-            "runs (in Run: inputs in, kernels, outputs out), the executor's part of them (kernels enqueued) and "
-            "the nodes' own time by EP; wall time outside the runs is genai's own."
+            "runs (in Run: inputs in, kernels, outputs out; wall time outside them is genai's own), and over the "
+            "runs for which onnxruntime wrote node events (not all), their time in Run, the executor's part "
+            "(kernels enqueued) and the nodes' own time by EP."
         ),
         "",
         (
             "| wheel | graph | prompt | generated | adapter | wall ms | GPU ms (busy) | dispatches | "
-            "runs | in Run ms | executing ms | node host ms by EP | busiest programs, GPU ms |"
+            "runs: in Run ms | runs with node events: in Run ms | executing ms | node host ms by EP | "
+            "busiest programs, GPU ms |"
         ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -671,11 +673,14 @@ def _genai_profile_table(document: dict[str, Any]) -> list[str]:
 
 
 def _host_phases(profile: dict[str, Any]) -> str:
-    """Runs, in-Run, executing and node host ms cells; results written before they were kept say so."""
-    if "runs" not in profile:
+    """The host cells; results written before they were kept (or kept without the recorded runs) say so."""
+    if "recorded_runs" not in profile:
         return " | ".join([profile.get("host_error", "not recorded"), "-", "-", "-"])
     nodes = ", ".join(f"{ep} {ms:.1f}" for ep, ms in sorted(profile["node_host_ms"].items(), key=lambda i: -i[1]))
-    return f"{profile['runs']} | {profile['in_run_ms']:.1f} | {profile['executing_ms']:.1f} | {nodes or '-'}"
+    return (
+        f"{profile['runs']}: {profile['in_run_ms']:.1f} | {profile['recorded_runs']}: "
+        f"{profile['recorded_in_run_ms']:.1f} | {profile['executing_ms']:.1f} | {nodes or '-'}"
+    )
 
 
 def _fused_vs_raw_section(rows: list[dict[str, Any]]) -> list[str]:
