@@ -199,16 +199,18 @@ def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
     if len(runs) < 2 or len(runs) % 2:
         return {"host_error": f"{len(runs)} decoder runs do not split into two equal requests"}
     last_runs = runs[len(runs) // 2 :]
+    kernel_times = [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+    executor_runs = [e for e in events if str(e.get("name", "")).endswith("Executor::Execute")]
     recorded: list[dict[str, Any]] = []
     executing = 0.0
     nodes: dict[str, float] = {}
     for run in last_runs:
-        inside = [e for e in events if e is not run and _ts(run) <= _ts(e) <= _ts(run) + float(run["dur"])]
-        kernels = [e for e in inside if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+        start, end = _ts(run), _ts(run) + float(run["dur"])
+        kernels = [e for e in kernel_times if start <= _ts(e) <= end]
         if not kernels:
             continue
         recorded.append(run)
-        executing += sum(float(e["dur"]) for e in inside if str(e.get("name", "")).endswith("Executor::Execute"))
+        executing += sum(float(e["dur"]) for e in executor_runs if start <= _ts(e) <= end)
         for event in kernels:
             provider = str(event.get("args", {}).get("provider", "?")).removesuffix("ExecutionProvider")
             nodes[provider] = nodes.get(provider, 0.0) + float(event["dur"]) / 1e3
