@@ -98,11 +98,12 @@ def test_genai_options_pick_shape_graphs_adapters_and_prompts(tmp_path: Path) ->
         "capture_modes": [True],
         "graphs": ["raw"],
         "adapters": ["off", "b"],
-        "profile": False,
+        "profile_dir": None,
     }
     assert plan["round"] == 2
     profiled = _options(tmp_path, "--quick", "--genai-profile")
-    assert bench._plan(profiled, "A", 1, tmp_path / "model")["genai"]["profile"] is True
+    kept = bench._plan(profiled, "A", 1, tmp_path / "model")["genai"]["profile_dir"]
+    assert kept == str(profiled.out_dir / "profiles" / "A")
 
 
 @pytest.mark.parametrize("levels_capture", [("--levels=genai", "--capture=on"), ("--levels=ops", "--capture=off")])

@@ -24,6 +24,7 @@ of the wall time means the host (dispatch, upload, readback) sets the pace.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import tempfile
@@ -153,10 +154,11 @@ TOP_PROGRAMS = 8
 
 
 def profiled_request(
-    setup: EpSetup, model_dir: Path, *, graph: str, prompt: np.ndarray, generate: int, adapter: str
+    setup: EpSetup, model_dir: Path, *, graph: str, prompt: np.ndarray, generate: int, adapter: str, keep: Path
 ) -> dict[str, Any]:
     """Two requests on a model of their own with the profiler on; the second one's GPU time (its dispatches
-    summed), dispatch count, busiest programs and wall time; or ``{"error": why}``."""
+    summed), dispatch count, busiest programs and wall time; or ``{"error": why}``. The profile is kept,
+    gzip-compressed, as ``keep`` (a trace viewer opens it as it is)."""
     import onnxruntime_genai as og  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,6 +171,8 @@ def profiled_request(
         profiles = sorted(Path(tmp).glob("genai*.json"))
         if not profiles:
             return {"error": "onnxruntime wrote no profile for the decoder's session"}
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        keep.write_bytes(gzip.compress(profiles[-1].read_bytes()))
         events = json.loads(profiles[-1].read_text(encoding="utf-8"))
         try:
             times = gpu_time.per_run(gpu_time.kernel_events(events), 2, skip=1)
@@ -180,6 +184,7 @@ def profiled_request(
     busiest = sorted(times.by_program.items(), key=lambda item: -item[1])[:TOP_PROGRAMS]
     return {
         "adapter": adapter,
+        "profile_file": keep.name,
         "wall_ms": wall_ms,
         "ttft_ms": wall["ttft_ms"],
         "gpu_ms": times.run_us[0] / 1e3,
@@ -267,10 +272,11 @@ def measure(
     warmups: int,
     requests: int,
     round_: int = 1,
-    profile: bool = False,
+    profile_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Every (graph, capture, prompt length, adapter) case; each graph checked once per run. ``profile``: in
-    round 1 the longest prompt's first adapter case without capture gets ``gpu_profile`` (``profiled_request``)."""
+    """Every (graph, capture, prompt length, adapter) case; each graph checked once per run. With
+    ``profile_dir``, in round 1 the longest prompt's first adapter case without capture gets ``gpu_profile``
+    (``profiled_request``), its onnxruntime profile kept in that folder."""
     import onnxruntime_genai as og  # noqa: PLC0415
 
     manifest = json.loads((model_dir / "manifest.json").read_text())
@@ -279,7 +285,6 @@ def measure(
     checks = {graph: graph_check(setup, model_dir, graph, targets) for graph in graphs}
     empty_refused = ops.empty_weights_refusal(setup.ep) if "off" in adapters else None
     prompts = {p: np.random.default_rng(p).integers(3, vocab, size=p, dtype=np.int32) for p in prompt_lengths}
-    profile_now = profile and round_ == 1
     # Round 1: the shortest prompt's last logits per graph and adapter, to set fused beside raw.
     prompt_logits: dict[tuple[str, str], np.ndarray] = {}
     results: list[dict[str, Any]] = []
@@ -335,8 +340,10 @@ def measure(
                 for a in measured
             }
         del lora, model
-        if profile_now and not load.capture:  # the EP does not time replays
-            _add_gpu_profile(setup, model_dir, load, results, prompts=prompts, generate=generate, adapters=measured)
+        if profile_dir is not None and round_ == 1 and not load.capture:  # the EP does not time replays
+            _add_gpu_profile(
+                setup, model_dir, load, results, prompts=prompts, generate=generate, adapters=measured, keep=profile_dir
+            )
     _add_logits_agreement(results, prompt_logits, prompt=min(prompt_lengths))
     return results
 
@@ -423,13 +430,20 @@ def _add_gpu_profile(
     prompts: dict[int, np.ndarray],
     generate: int,
     adapters: list[str],
+    keep: Path,
 ) -> None:
     """``gpu_profile`` for the case of ``load``'s longest prompt and first adapter (not off where it has
-    another)."""
+    another), its profile kept in the folder ``keep``."""
     longest = max(prompts)
     adapter = next((a for a in adapters if a != "off"), adapters[0])
     profiled = profiled_request(
-        setup, model_dir, graph=load.graph, prompt=prompts[longest], generate=generate, adapter=adapter
+        setup,
+        model_dir,
+        graph=load.graph,
+        prompt=prompts[longest],
+        generate=generate,
+        adapter=adapter,
+        keep=keep / f"genai-{load.graph}-P{longest}-{adapter}.json.gz",
     )
     case_key = key(load.graph, longest, adapter=adapter, capture=False)
     next(r for r in results if r["key"] == case_key)["gpu_profile"] = profiled

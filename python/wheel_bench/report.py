@@ -647,7 +647,8 @@ def _genai_profile_table(document: dict[str, Any]) -> list[str]:
             "busiest programs. GPU time far below wall time: the host sets the pace. On the host: the decoder's "
             "runs (in Run: inputs in, kernels, outputs out; wall time outside them is genai's own), and over the "
             "runs for which onnxruntime wrote node events (not all), their time in Run, the executor's part "
-            "(kernels enqueued) and the nodes' own time by EP."
+            "(kernels enqueued) and the nodes' own time by EP. Each profile is kept beside this report as "
+            "`profiles/<wheel>/<file>` (gzip-compressed; Perfetto and chrome://tracing open it)."
         ),
         "",
         (

@@ -67,7 +67,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
             warmups=plan["warmups"],
             requests=plan["requests"],
             round_=plan["round"],
-            profile=genai_plan.get("profile", False),
+            profile_dir=Path(kept) if (kept := genai_plan.get("profile_dir")) else None,
         )
     return {
         "wheel": plan["wheel"],

@@ -314,7 +314,8 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
             "capture_modes": list(options.capture_modes),
             "graphs": list(options.genai_graphs),
             "adapters": list(options.genai_adapters),
-            "profile": options.genai_profile,
+            # The profiles themselves are kept for a trace viewer, one folder per wheel.
+            "profile_dir": str(options.out_dir / "profiles" / wheel_id) if options.genai_profile else None,
         }
     return plan
 
