@@ -268,7 +268,9 @@ def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
         "in_run_ms": 700.0,
         "recorded_runs": 2,
         "recorded_in_run_ms": 40.0,
+        "before_executor_ms": 6.0,
         "executing_ms": 30.0,
+        "after_executor_ms": 4.0,
         "node_host_ms": {"WebGpu": 25.0, "CPU": 1.5},
     }
     before_host_phases = _genai_case("fused", "b", [60.0, 61.0], [175.0, 176.0], "t") | {"capture": False}
@@ -281,19 +283,25 @@ def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
     markdown = report.markdown(document)
     assert "### Where a request's time goes" in markdown
     assert (
-        "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | 129: 700.0 | 2: 40.0 | 30.0 | "
+        "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | 129: 700.0 | 2: 40.0 | 6.0 | 30.0 | 4.0 | "
         "WebGpu 25.0, CPU 1.5 | "
         "`MatMulNBitsQLoRA&QLoRAGemv` 90.0, `GroupQueryAttention&FlashAttention` 40.5 |"
     ) in markdown
-    assert "| A | fused | 128 | 128 | b | 800.0 | 200.0 (25%) | 4000 | not recorded | - | - | - | `MatMul" in markdown
-    refused_line = "| A | raw | 128 | 128 | a | - | the profile has no GPU dispatch events | - | - | - | - | - | - |"
+    not_recorded = (
+        "| A | fused | 128 | 128 | b | 800.0 | 200.0 (25%) | 4000 | not recorded | - | - | - | - | - | `MatMul"
+    )
+    assert not_recorded in markdown
+    refused_line = (
+        "| A | raw | 128 | 128 | a | - | the profile has no GPU dispatch events | - | - | - | - | - | - | - | - |"
+    )
     assert refused_line in markdown
 
 
 def _profile_events(request_runs: list[list[list[tuple[str, str, float]]]]) -> list[dict[str, Any]]:
     """onnxruntime profile events of requests made of decoder runs, each run a list of (node, provider, µs)
-    nodes, laid out as onnxruntime writes them: per run its nodes, the executor's event and ``model_run``. A
-    run without nodes has neither node nor executor events, as onnxruntime 1.30.0 writes most decode runs."""
+    nodes, laid out as onnxruntime writes them: per run its nodes, the executor's event and ``model_run``, which
+    starts 5 µs before the executor and ends 15 µs after it. A run without nodes has neither node nor executor
+    events (a profiler that stopped recording)."""
     events: list[dict[str, Any]] = []
     ts = 0.0
     for runs in request_runs:
@@ -324,6 +332,8 @@ def test_host_phases_reads_the_last_requests_runs_and_the_nodes_of_the_runs_that
     assert phases["recorded_runs"] == 2
     assert phases["recorded_in_run_ms"] == pytest.approx(2 * (30 + 10 + 4 + 10 + 20) / 1e3)
     assert phases["executing_ms"] == pytest.approx(2 * (30 + 10 + 4 + 10) / 1e3)
+    assert phases["before_executor_ms"] == pytest.approx(2 * 5 / 1e3)
+    assert phases["after_executor_ms"] == pytest.approx(2 * 15 / 1e3)
     assert phases["node_host_ms"] == pytest.approx({"WebGpu": 0.060, "CPU": 0.008})
     uneven = _profile_events([first, [run, run, run]])
     assert genai_run.host_phases(uneven) == {"host_error": "7 decoder runs do not split into two equal requests"}

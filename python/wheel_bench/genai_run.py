@@ -196,10 +196,11 @@ def profiled_request(
 
 def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Where the host spends the last of two requests, from onnxruntime's session events: the decoder's runs
-    (``model_run``: inputs in, kernels, outputs out); wall time outside them is genai's own. onnxruntime writes
-    node and executor events for only some runs (1.30.0: the first two of a request), so those are summed over
-    the runs that have them, with the same runs' ``model_run`` time beside them: the executor's part (kernels
-    enqueued) and the nodes' own host time by EP (a CPU EP share is a fallback)."""
+    (``model_run``); wall time outside them is genai's own. Each run that has executor and node events splits
+    into the time before the executor (feeds copied in, adapter parameters among them, and the EPs' run
+    start), the executor's (kernels enqueued) and the time after it (fetches copied out, the EPs' run end),
+    with the nodes' own host time by EP (a CPU EP share is a fallback). Runs without those events (a
+    profiler that stopped recording) are counted apart rather than guessed."""
     runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=_ts)
     if len(runs) < 2 or len(runs) % 2:
         return {"host_error": f"{len(runs)} decoder runs do not split into two equal requests"}
@@ -207,15 +208,19 @@ def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
     kernel_times = [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
     executor_runs = [e for e in events if str(e.get("name", "")).endswith("Executor::Execute")]
     recorded: list[dict[str, Any]] = []
-    executing = 0.0
+    before = executing = after = 0.0
     nodes: dict[str, float] = {}
     for run in last_runs:
         start, end = _ts(run), _ts(run) + float(run["dur"])
         kernels = [e for e in kernel_times if start <= _ts(e) <= end]
-        if not kernels:
+        executors = [e for e in executor_runs if start <= _ts(e) <= end]
+        if not kernels or not executors:
             continue
         recorded.append(run)
-        executing += sum(float(e["dur"]) for e in executor_runs if start <= _ts(e) <= end)
+        first, last = min(executors, key=_ts), max(executors, key=lambda e: _ts(e) + float(e["dur"]))
+        before += _ts(first) - start
+        after += end - (_ts(last) + float(last["dur"]))
+        executing += sum(float(e["dur"]) for e in executors)
         for event in kernels:
             provider = str(event.get("args", {}).get("provider", "?")).removesuffix("ExecutionProvider")
             nodes[provider] = nodes.get(provider, 0.0) + float(event["dur"]) / 1e3
@@ -224,7 +229,9 @@ def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
         "in_run_ms": sum(float(e["dur"]) for e in last_runs) / 1e3,
         "recorded_runs": len(recorded),
         "recorded_in_run_ms": sum(float(e["dur"]) for e in recorded) / 1e3,
+        "before_executor_ms": before / 1e3,
         "executing_ms": executing / 1e3,
+        "after_executor_ms": after / 1e3,
         "node_host_ms": nodes,
     }
 
