@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortstack import __version__, _git, _run, diskspace, log
-from ortstack.build import sccache_dist, toolchain, variants, wheel
+from ortstack.build import native_tests, sccache_dist, toolchain, variants, wheel
 from ortstack.build.buildinfo import BuildInfo, PatchInfo
 from ortstack.cache import remove_tree
 from ortstack.errors import BuildError, FetchError, UsageError
@@ -446,6 +446,31 @@ def _build(
     wheel.write_if_changed(build_dir / STAMP, json.dumps(stamp, indent=2).encode())
     seconds = (datetime.now(UTC) - start).total_seconds()
     return BuildResult(variant=variant.name, wheels=tuple(landed), up_to_date=False, seconds=seconds, log_file=log_file)
+
+
+def run_native_tests(
+    settings: Settings, stack: Stack, variant: Variant, request: BuildRequest
+) -> list[native_tests.NativeResult]:
+    """The stack's own native tests (``native_tests``), built and run in ``variant``'s build dir."""
+    tests = native_tests.stack_tests(stack, series.host_platform())
+    if not tests:
+        log.info("the stack's patches add no native tests")
+        return []
+    tools = toolchain.detect(stack.build, settings.env)
+    build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
+    tree, _ = prepared_tree(settings, variant)
+    log_prefix = settings.work_dir / "logs" / f"native-tests-{variant.name}"
+    with prepare.locked(build_dir, wait=settings.wait_for_lock, what="building in"):
+        env, _ = _compile_env(settings, tools, None, tree, log_prefix.with_name(f"{log_prefix.name}-build.log"))
+        return native_tests.build_and_run(
+            tests,
+            ort_build_dir=build_dir / "ort",
+            cmake=tools.cmake,
+            ninja=tools.ninja,
+            jobs=toolchain.parallel_jobs(stack.build, request.jobs),
+            env=env,
+            log_prefix=log_prefix,
+        )
 
 
 def _compile_env(

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortstack import config, log
-from ortstack.build import build
+from ortstack.build import build, native_tests
 from ortstack.source import dep_sources
 
 if TYPE_CHECKING:
@@ -20,7 +20,9 @@ HELP = (
 
 EXAMPLES = """examples:
   ortstack build                            every variant's wheel into dist/ (after fetch --deps and patch)
-  ortstack build --variant webgpu -j 8      one variant, at most 8 compile jobs"""
+  ortstack build --variant webgpu -j 8      one variant, at most 8 compile jobs
+  ortstack build --variant webgpu --native-tests
+                                            its wheel, then the gtests the stack's patches add, built and run"""
 COMMON = ("--stack", "--cache-dir", "--work-dir", "--dist-dir", "--locked", "--no-wait")
 
 
@@ -33,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use onnxruntime's own Dawn download and let Dawn clone its third-party sources while cmake "
         "configures (needs network; `fetch --deps` normally has them ready)",
+    )
+    parser.add_argument(
+        "--native-tests",
+        action="store_true",
+        help="after each wheel, build onnxruntime's unit tests in the same build dir and run the gtests the "
+        "stack's patches add (a failed or unbuilt one: exit 7)",
     )
     parser.add_argument(
         "--plan",
@@ -86,4 +94,9 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         rows += [[variant.name, w.name, state, f"{result.seconds:.1f} s"] for w in result.wheels]
     log.table("wheels", ["variant", "wheel", "state", "time"], rows)
     log.success(f"{len(rows)} wheels in {settings.dist_dir}")
+    if args.native_tests:
+        for variant in chosen:
+            with log.step(f"native tests in {variant.name}'s build"):
+                results = build.run_native_tests(settings, stack, variant, request)
+            native_tests.report(results)
     return 0
