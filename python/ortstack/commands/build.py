@@ -20,9 +20,9 @@ HELP = (
 
 EXAMPLES = """examples:
   ortstack build                            every variant's wheel into dist/ (after fetch --deps and patch)
-  ortstack build --variant webgpu -j 8      one variant, at most 8 compile jobs
-  ortstack build --variant webgpu --native-tests
-                                            its wheel, then the gtests the stack's patches add, built and run"""
+  ortstack build --variant webgpu -j 8 --native-tests
+                                            one variant, at most 8 compile jobs, then the gtests the
+                                            stack's patches add, built and run in its build dir"""
 COMMON = ("--stack", "--cache-dir", "--work-dir", "--dist-dir", "--locked", "--no-wait")
 
 
