@@ -15,7 +15,7 @@ import pytest
 from ortstack import config
 from ortstack.build import native_tests
 from test_build import assert_ok, make_project
-from upstream import git
+from upstream import PACKAGES, git
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -87,7 +87,13 @@ def test_native_tests_run_the_stacks_own_and_fail_on_a_broken_or_unbuilt_one(
     _write_stack(project, upstream, [("kernel-tests", good)])
     assert_ok(project.ortstack("fetch", "--deps"))
     assert_ok(project.ortstack("patch"))
-    passed = assert_ok(project.ortstack("build", "--native-tests"))
+    # The unit tests' dependency is no wheel's: fetch --deps left it out, and the run says how to give it.
+    unfetched = project.ortstack("build", "--native-tests")
+    assert unfetched.returncode == 4, unfetched.stderr[-3000:]
+    assert "onnxruntime's unit tests need mini_gtest, which the deps mirror does not hold" in unfetched.stderr
+    assert "--dep-source NAME=PATH" in unfetched.stderr
+    gtest = ("--dep-source", f"mini_gtest={PACKAGES / 'mini_gtest'}")
+    passed = assert_ok(project.ortstack("build", "--native-tests", *gtest))
     assert "native tests of the stack: 1 passed, 0 failed, 0 skipped, 0 not built" in passed
     assert "MiniQLoRA.AddsUp" in passed
     assert "BaseTreeTest" not in passed  # the base tree's own tests are not the stack's
@@ -100,7 +106,7 @@ def test_native_tests_run_the_stacks_own_and_fail_on_a_broken_or_unbuilt_one(
     _, mutant = _patch(upstream, {KERNEL_TESTS: broken, HELPER: helper}, "Break a test", first)
     _write_stack(project, upstream, [("kernel-tests", good), ("break-a-test", mutant)])
     assert_ok(project.ortstack("patch"))
-    failed = project.ortstack("build", "--native-tests")
+    failed = project.ortstack("build", "--native-tests", *gtest)
     assert failed.returncode == 7, failed.stderr[-3000:]
     output = " ".join((failed.stdout + failed.stderr).split())
     assert "native tests of the stack: 0 passed, 1 failed, 0 skipped, 1 not built" in output

@@ -38,6 +38,7 @@ PACKAGES = Path(__file__).parent / "packages"
 ARCHIVE_PREFIX = "/microsoft/onnxruntime/archive"
 MINI_DEP_PATH = "/deps/mini_dep-1.0.zip"
 MINI_DAWN_PATH = "/deps/mini_dawn-1.0.zip"
+MINI_GTEST_PATH = "/deps/mini_gtest-1.0.zip"
 
 # A fixed identity and clock, and no user or system git config: commit ids depend on content only.
 GIT_ENV_FIXED = {
@@ -451,10 +452,14 @@ def publish_upstream(root: Path, server: LoopbackServer, env: Mapping[str, str])
     dawn_git, dawn_commits = publish_dawn_third_party(root / "dawn-deps", env)
     mini_dawn = deterministic_zip(render_mini_dawn(root / "mini_dawn", dawn_git, dawn_commits), "mini_dawn-1.0")
     server.add(MINI_DAWN_PATH, mini_dawn)
+    # The unit tests' dependency, as googletest is onnxruntime's: a wheel's configure never needs it.
+    mini_gtest = deterministic_zip(PACKAGES / "mini_gtest", "mini_gtest-1.0")
+    server.add(MINI_GTEST_PATH, mini_gtest)
     tokens = {
         "DEPS_BASE_URL": server.url,
         "MINI_DEP_SHA1": mini_dep_sha1,
         "MINI_DAWN_SHA1": hashlib.sha1(mini_dawn).hexdigest(),
+        "MINI_GTEST_SHA1": hashlib.sha1(mini_gtest).hexdigest(),
     }
     work = render_package("mini_ort", root / "work", tokens)
     git("init", "--quiet", "-b", "main", cwd=work, env=env)

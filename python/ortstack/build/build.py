@@ -452,19 +452,33 @@ def run_native_tests(
     settings: Settings, stack: Stack, variant: Variant, request: BuildRequest
 ) -> list[native_tests.NativeResult]:
     """The stack's own native tests (``native_tests``), built and run in ``variant``'s build dir."""
-    tests = native_tests.stack_tests(stack, series.host_platform())
+    platform = series.host_platform()
+    tests = native_tests.stack_tests(stack, platform)
     if not tests:
         log.info("the stack's patches add no native tests")
         return []
     tools = toolchain.detect(stack.build, settings.env)
     build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
     tree, _ = prepared_tree(settings, variant)
+    # What the configure needs with the unit tests on (googletest, for one), from the same places as the wheel's.
+    testing = dataclasses.replace(variant, cmake_defines={**variant.cmake_defines, native_tests.UNIT_TESTS: "ON"})
+    tree_plan = ort_tree.plan(tree, testing, platform)
+    local = dep_sources.declared_sources(stack, request.dep_sources)
+    sources = dep_sources.plan_sources(
+        stack, tree_plan, local, tree=tree, cache=fetch.cache_for(settings), env=settings.env
+    )
+    if missing := deps.missing_from_mirror(list(sources.from_mirror), deps.mirror_path(settings)):
+        names = ", ".join(d.name for d in missing)
+        msg = f"onnxruntime's unit tests need {names}, which the deps mirror does not hold"
+        tip = "give each as a local source: --dep-source NAME=PATH, or [deps.NAME] source_dir"
+        raise FetchError(msg, tip=tip)
     log_prefix = settings.work_dir / "logs" / f"native-tests-{variant.name}"
     with prepare.locked(build_dir, wait=settings.wait_for_lock, what="building in"):
         env, _ = _compile_env(settings, tools, None, tree, log_prefix.with_name(f"{log_prefix.name}-build.log"))
         return native_tests.build_and_run(
             tests,
             ort_build_dir=build_dir / "ort",
+            defines=sources.defines,
             cmake=tools.cmake,
             ninja=tools.ninja,
             jobs=toolchain.parallel_jobs(stack.build, request.jobs),

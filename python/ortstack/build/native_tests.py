@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from ortstack.config import Stack
 
+UNIT_TESTS = "onnxruntime_BUILD_UNIT_TESTS"
 TEST_EXECUTABLES = ("onnxruntime_provider_test", "onnxruntime_test_all")
 """onnxruntime's test executables: kernels' tests, and everything else (optimizers, framework, EP internals)."""
 _TEST_MACRO = re.compile(r"^\s*TEST(?:_F|_P)?\(\s*(\w+)\s*,\s*(\w+)\s*\)")
@@ -92,20 +93,23 @@ def build_and_run(
     tests: Sequence[NativeTest],
     *,
     ort_build_dir: Path,
+    defines: Mapping[str, str],
     cmake: str,
     ninja: str,
     jobs: int,
     env: Mapping[str, str],
     log_prefix: Path,
 ) -> list[NativeResult]:
-    """Configure ``ort_build_dir`` with the unit tests on, build onnxruntime's test executables there
-    and run ``tests`` in them; each step's output goes to ``<log_prefix>-<step>.log``."""
+    """Configure ``ort_build_dir`` with the unit tests on (and ``defines``: where their dependencies come
+    from), build onnxruntime's test executables there and run ``tests`` in them; each step's output goes
+    to ``<log_prefix>-<step>.log``."""
     if not (ort_build_dir / "CMakeCache.txt").is_file():
         msg = f"no onnxruntime build in {ort_build_dir}"
         raise UsageError(msg, tip="build the variant's wheel first: ortstack build --variant NAME")
     log_file = log_prefix.with_name(f"{log_prefix.name}-build.log")
     try:
-        _run.run([cmake, "-Donnxruntime_BUILD_UNIT_TESTS=ON", "."], cwd=ort_build_dir, env=env, log_file=log_file)
+        configure = [cmake, f"-D{UNIT_TESTS}=ON", *(f"-D{k}={v}" for k, v in defines.items()), "."]
+        _run.run(configure, cwd=ort_build_dir, env=env, log_file=log_file)
         targets = [t for t in TEST_EXECUTABLES if _has_target(ninja, ort_build_dir, t, env)]
         if not targets:
             msg = f"onnxruntime's cmake in {ort_build_dir} made none of {', '.join(TEST_EXECUTABLES)}"
