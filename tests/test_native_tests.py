@@ -15,6 +15,7 @@ import pytest
 from ortstack import config
 from ortstack.build import native_tests
 from test_build import assert_ok, make_project
+from test_dep_sources import WEBGPU_ONLY
 from upstream import PACKAGES, git
 
 if TYPE_CHECKING:
@@ -25,15 +26,6 @@ if TYPE_CHECKING:
 
 KERNEL_TESTS = "onnxruntime/test/contrib_ops/mini_qlora_test.cc"
 HELPER = "onnxruntime/test/util/mini_qlora_cases.h"
-WEBGPU_VARIANT = """
-[variant.webgpu]
-kind = "webgpu"
-dawn = "static"
-
-[build]
-compiler_cache = "none"
-jobs = 2
-"""
 
 
 def _patch(upstream: Upstream, files: dict[str, str | None], message: str, parent: str) -> tuple[str, str]:
@@ -50,7 +42,7 @@ def _write_stack(project: Project, upstream: Upstream, patches: list[tuple[str, 
         (project.root / "patches" / name).write_text(text, encoding="utf-8")
         digest = hashlib.sha256(text.encode()).hexdigest()
         entries += f'\n[[patch]]\nid = "{patch_id}"\nfile = "patches/{name}"\nsha256 = "{digest}"\n'
-    make_project(project.root, upstream, project.env, extra=entries + WEBGPU_VARIANT)
+    make_project(project.root, upstream, project.env, extra=entries + WEBGPU_ONLY)
 
 
 def test_the_tests_a_series_adds_are_found_in_its_diffs_alone(upstream: Upstream, tmp_path: Path) -> None:
