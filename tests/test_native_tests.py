@@ -91,6 +91,8 @@ def test_native_tests_run_the_stacks_own_and_fail_on_a_broken_or_unbuilt_one(
     assert "BaseTreeTest" not in passed  # the base tree's own tests are not the stack's
     logs = project.work / "logs"
     assert "[       OK ] MiniQLoRA.AddsUp" in (logs / "native-tests-webgpu-onnxruntime_provider_test.log").read_text()
+    # Configured with the wheel's flags: the library's objects are the wheel's, none compiled again.
+    assert "CMakeFiles/onnxruntime.dir" not in (logs / "native-tests-webgpu-build.log").read_text()
 
     # A mutant of the test, and a test in a header no executable compiles.
     broken = good_body.replace("EXPECT_EQ(4,", "EXPECT_EQ(5,")

@@ -479,6 +479,7 @@ def run_native_tests(
             tests,
             ort_build_dir=build_dir / "ort",
             defines=sources.defines,
+            warnings_as_errors=stack.build.warnings_as_errors,
             cmake=tools.cmake,
             ninja=tools.ninja,
             jobs=toolchain.parallel_jobs(stack.build, request.jobs),

@@ -94,21 +94,25 @@ def build_and_run(
     *,
     ort_build_dir: Path,
     defines: Mapping[str, str],
+    warnings_as_errors: bool,
     cmake: str,
     ninja: str,
     jobs: int,
     env: Mapping[str, str],
     log_prefix: Path,
 ) -> list[NativeResult]:
-    """Configure ``ort_build_dir`` with the unit tests on (and ``defines``: where their dependencies come
-    from), build onnxruntime's test executables there and run ``tests`` in them; each step's output goes
-    to ``<log_prefix>-<step>.log``."""
+    """Configure ``ort_build_dir`` with the unit tests on (``defines``: where their dependencies come from;
+    onnxruntime's warnings as errors only with ``warnings_as_errors``, as for the wheel), build onnxruntime's
+    test executables there and run ``tests`` in them; each step's output goes to ``<log_prefix>-<step>.log``."""
     if not (ort_build_dir / "CMakeCache.txt").is_file():
         msg = f"no onnxruntime build in {ort_build_dir}"
         raise UsageError(msg, tip="build the variant's wheel first: ortstack build --variant NAME")
     log_file = log_prefix.with_name(f"{log_prefix.name}-build.log")
     try:
         configure = [cmake, f"-D{UNIT_TESTS}=ON", *(f"-D{k}={v}" for k, v in defines.items()), "."]
+        if not warnings_as_errors:
+            # As the wheel's configure (cpp_ext): the same flags, so its objects are reused.
+            configure.insert(1, "--compile-no-warning-as-error")
         _run.run(configure, cwd=ort_build_dir, env=env, log_file=log_file)
         targets = [t for t in TEST_EXECUTABLES if _has_target(ninja, ort_build_dir, t, env)]
         if not targets:
