@@ -279,6 +279,11 @@ def _dawn_rows(settings: Settings, tree: Path, tree_plan: ort_tree.TreePlan, loc
     return [["Dawn folder", entry.path, entry.commit] for entry in found.third_party]
 
 
+def _variant_build_dir(settings: Settings, variant: Variant, request: BuildRequest) -> Path:
+    """``--build-dir``, else the variant's stable build dir under the work dir."""
+    return request.build_dir or settings.work_dir / "cmake" / variant.name
+
+
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
     """Build ``variant``'s wheel into dist/, or return the wheels there when nothing changed."""
     tools = toolchain.detect(stack.build, settings.env)  # before anything is touched
@@ -287,7 +292,7 @@ def build_variant(settings: Settings, stack: Stack, variant: Variant, request: B
     )
     if scheduler is not None:
         sccache_dist.check_toolchain(tools)
-    build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
+    build_dir = _variant_build_dir(settings, variant, request)
     with prepare.locked(build_dir, wait=settings.wait_for_lock, what="building in"):
         return _build(settings, stack, variant, request, tools=tools, build_dir=build_dir, scheduler=scheduler)
 
@@ -458,7 +463,7 @@ def run_native_tests(
         log.info("the stack's patches add no native tests")
         return []
     tools = toolchain.detect(stack.build, settings.env)
-    build_dir = request.build_dir or settings.work_dir / "cmake" / variant.name
+    build_dir = _variant_build_dir(settings, variant, request)
     tree, _ = prepared_tree(settings, variant)
     # What the configure needs with the unit tests on (googletest, for one), from the same places as the wheel's.
     testing = dataclasses.replace(variant, cmake_defines={**variant.cmake_defines, native_tests.UNIT_TESTS: "ON"})
