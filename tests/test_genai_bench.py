@@ -272,27 +272,42 @@ def test_a_profiled_request_reports_gpu_time_beside_wall_time() -> None:
         "executing_ms": 30.0,
         "after_executor_ms": 4.0,
         "node_host_ms": {"WebGpu": 25.0, "CPU": 1.5},
+        "longest_node": {
+            "median_ms": 16.5,
+            "min_ms": 15.75,
+            "max_ms": 21.25,
+            "node": "QuickGelu /layers.0/mlp/act",
+            "runs_with_that_node": 2,
+        },
     }
+    before_longest_node = _genai_case("raw", "off", [60.0, 61.0], [175.0, 176.0], "t") | {"capture": False}
+    before_longest_node["gpu_profile"] = {k: v for k, v in busy["gpu_profile"].items() if k != "longest_node"}
+    before_longest_node["gpu_profile"]["adapter"] = "off"
     before_host_phases = _genai_case("fused", "b", [60.0, 61.0], [175.0, 176.0], "t") | {"capture": False}
     before_host_phases["gpu_profile"] = {k: v for k, v in busy["gpu_profile"].items() if k != "recorded_runs"}
     before_host_phases["gpu_profile"]["adapter"] = "b"
     refused = _genai_case("raw", "a", [100.0, 101.0], [100.0, 99.0], "t") | {"capture": False}
     refused["gpu_profile"] = {"adapter": "a", "error": "the profile has no GPU dispatch events"}
     environment = {"ort_version": "1.30.0", "ep": "webgpu", "ep_kind": "builtin", "has_qlora_schema": True}
-    document = _one_run_document([busy, before_host_phases, refused], label="ours", environment=environment)
+    document = _one_run_document(
+        [busy, before_longest_node, before_host_phases, refused], label="ours", environment=environment
+    )
     markdown = report.markdown(document)
     assert "### Where a request's time goes" in markdown
     assert (
         "| A | fused | 128 | 128 | a | 800.0 | 200.0 (25%) | 4000 | 129: 700.0 | 2: 40.0 | 6.0 | 30.0 | 4.0 | "
-        "WebGpu 25.0, CPU 1.5 | "
+        "WebGpu 25.0, CPU 1.5 | 16.50 (15.75-21.25): `QuickGelu /layers.0/mlp/act` in 2 of 2 runs | "
         "`MatMulNBitsQLoRA&QLoRAGemv` 90.0, `GroupQueryAttention&FlashAttention` 40.5 |"
     ) in markdown
+    before = "| A | raw | 128 | 128 | off | 800.0 | 200.0 (25%) | 4000 | 129: 700.0 | 2: 40.0 | 6.0 | 30.0 | 4.0 | "
+    assert before in markdown
+    assert "WebGpu 25.0, CPU 1.5 | - | `MatMul" in markdown
     not_recorded = (
-        "| A | fused | 128 | 128 | b | 800.0 | 200.0 (25%) | 4000 | not recorded | - | - | - | - | - | `MatMul"
+        "| A | fused | 128 | 128 | b | 800.0 | 200.0 (25%) | 4000 | not recorded | - | - | - | - | - | - | `MatMul"
     )
     assert not_recorded in markdown
     refused_line = (
-        "| A | raw | 128 | 128 | a | - | the profile has no GPU dispatch events | - | - | - | - | - | - | - | - |"
+        "| A | raw | 128 | 128 | a | - | the profile has no GPU dispatch events | - | - | - | - | - | - | - | - | - |"
     )
     assert refused_line in markdown
 
@@ -335,6 +350,13 @@ def test_host_phases_reads_the_last_requests_runs_and_the_nodes_of_the_runs_that
     assert phases["before_executor_ms"] == pytest.approx(2 * 5 / 1e3)
     assert phases["after_executor_ms"] == pytest.approx(2 * 15 / 1e3)
     assert phases["node_host_ms"] == pytest.approx({"WebGpu": 0.060, "CPU": 0.008})
+    assert phases["longest_node"] == {
+        "median_ms": pytest.approx(0.030),
+        "min_ms": pytest.approx(0.030),
+        "max_ms": pytest.approx(0.030),
+        "node": "MatMul MatMul",
+        "runs_with_that_node": 2,
+    }
     uneven = _profile_events([first, [run, run, run]])
     assert genai_run.host_phases(uneven) == {"host_error": "7 decoder runs do not split into two equal requests"}
 

@@ -27,8 +27,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import statistics
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -199,8 +201,10 @@ def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
     (``model_run``); wall time outside them is genai's own. Each run that has executor and node events splits
     into the time before the executor (feeds copied in, adapter parameters among them, and the EPs' run
     start), the executor's (kernels enqueued) and the time after it (fetches copied out, the EPs' run end),
-    with the nodes' own host time by EP (a CPU EP share is a fallback). Runs without those events (a
-    profiler that stopped recording) are counted apart rather than guessed."""
+    with the nodes' own host time by EP (a CPU EP share is a fallback), and each run's longest node: a node
+    that holds the host for milliseconds where its kind takes microseconds is a wait (a submission blocked, a
+    map) in the middle of the run. Runs without those events (a profiler that stopped recording) are counted
+    apart rather than guessed."""
     runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=_ts)
     if len(runs) < 2 or len(runs) % 2:
         return {"host_error": f"{len(runs)} decoder runs do not split into two equal requests"}
@@ -210,6 +214,7 @@ def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
     recorded: list[dict[str, Any]] = []
     before = executing = after = 0.0
     nodes: dict[str, float] = {}
+    longest: list[dict[str, Any]] = []
     for run in last_runs:
         start, end = _ts(run), _ts(run) + float(run["dur"])
         kernels = [e for e in kernel_times if start <= _ts(e) <= end]
@@ -221,6 +226,7 @@ def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
         before += _ts(first) - start
         after += end - (_ts(last) + float(last["dur"]))
         executing += sum(float(e["dur"]) for e in executors)
+        longest.append(max(kernels, key=lambda e: float(e["dur"])))
         for event in kernels:
             provider = str(event.get("args", {}).get("provider", "?")).removesuffix("ExecutionProvider")
             nodes[provider] = nodes.get(provider, 0.0) + float(event["dur"]) / 1e3
@@ -233,6 +239,24 @@ def host_phases(events: list[dict[str, Any]]) -> dict[str, Any]:
         "executing_ms": executing / 1e3,
         "after_executor_ms": after / 1e3,
         "node_host_ms": nodes,
+        "longest_node": _longest_node(longest),
+    }
+
+
+def _longest_node(per_run: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The median, min and max of the runs' longest node times (ms), and the node that is longest most often."""
+    if not per_run:
+        return None
+    names = Counter(
+        f"{e.get('args', {}).get('op_name', '?')} {str(e['name']).removesuffix('_kernel_time')}" for e in per_run
+    )
+    times = [float(e["dur"]) / 1e3 for e in per_run]
+    return {
+        "median_ms": statistics.median(times),
+        "min_ms": min(times),
+        "max_ms": max(times),
+        "node": names.most_common(1)[0][0],
+        "runs_with_that_node": names.most_common(1)[0][1],
     }
 
 

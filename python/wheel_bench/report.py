@@ -648,22 +648,24 @@ def _genai_profile_table(document: dict[str, Any]) -> list[str]:
             "runs (in Run; wall time outside them is genai's own), and over the runs for which onnxruntime wrote "
             "node events, their time in Run split into before the executor (feeds copied in, adapter parameters "
             "among them; the EPs' run start), the executor (kernels enqueued) and after it (fetches copied out; "
-            "the EPs' run end), and the nodes' own time by EP. Each profile is kept beside this report as "
+            "the EPs' run end), the nodes' own time by EP, and each run's longest node (median and range over the "
+            "runs, and the node most often longest): milliseconds where its kind takes microseconds are a wait "
+            "inside the run. Each profile is kept beside this report as "
             "`profiles/<wheel>/<file>` (gzip-compressed; Perfetto and chrome://tracing open it)."
         ),
         "",
         (
             "| wheel | graph | prompt | generated | adapter | wall ms | GPU ms (busy) | dispatches | "
             "runs: in Run ms | runs with node events: in Run ms | before executor ms | executor ms | "
-            "after executor ms | node host ms by EP | busiest programs, GPU ms |"
+            "after executor ms | node host ms by EP | longest node per run ms | busiest programs, GPU ms |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for wheel, case in profiled:
         profile = case["gpu_profile"]
         head = f"| {wheel} | {case['graph']} | {case['prompt']} | {case['generate']} | {profile.get('adapter', '-')} |"
         if "error" in profile:
-            lines.append(f"{head} - | {profile['error']} | - | - | - | - | - | - | - | - |")
+            lines.append(f"{head} - | {profile['error']} | - | - | - | - | - | - | - | - | - |")
             continue
         busy = profile["gpu_ms"] / profile["wall_ms"] if profile["wall_ms"] else float("nan")
         busiest = ", ".join(f"`{name}` {ms:.1f}" for name, ms in profile["busiest_programs_ms"].items())
@@ -677,14 +679,24 @@ def _genai_profile_table(document: dict[str, Any]) -> list[str]:
 def _host_phases(profile: dict[str, Any]) -> str:
     """The host cells; results written before they were kept (or kept without the recorded runs) say so."""
     if "recorded_runs" not in profile:
-        return " | ".join([profile.get("host_error", "not recorded"), "-", "-", "-", "-", "-"])
+        return " | ".join([profile.get("host_error", "not recorded"), "-", "-", "-", "-", "-", "-"])
     nodes = ", ".join(f"{ep} {ms:.1f}" for ep, ms in sorted(profile["node_host_ms"].items(), key=lambda i: -i[1]))
     split = [profile.get(k) for k in ("before_executor_ms", "executing_ms", "after_executor_ms")]
     return (
         f"{profile['runs']}: {profile['in_run_ms']:.1f} | {profile['recorded_runs']}: "
         f"{profile['recorded_in_run_ms']:.1f} | "
         + " | ".join("-" if ms is None else f"{ms:.1f}" for ms in split)
-        + f" | {nodes or '-'}"
+        + f" | {nodes or '-'} | {_longest_node(profile)}"
+    )
+
+
+def _longest_node(profile: dict[str, Any]) -> str:
+    longest = profile.get("longest_node")
+    if not longest:
+        return "-"
+    return (
+        f"{longest['median_ms']:.2f} ({longest['min_ms']:.2f}-{longest['max_ms']:.2f}): `{longest['node']}` in "
+        f"{longest['runs_with_that_node']} of {profile['recorded_runs']} runs"
     )
 
 
