@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -100,6 +101,11 @@ def test_native_tests_run_the_stacks_own_and_fail_on_a_broken_or_unbuilt_one(
     _, mutant = _patch(upstream, {KERNEL_TESTS: broken, HELPER: helper}, "Break a test", first)
     _write_stack(project, upstream, [("kernel-tests", good), ("break-a-test", mutant)])
     assert_ok(project.ortstack("patch"))
+    # The wheel's next build configures the unit tests off again, or it would build them as well.
+    cache = project.work / "cmake" / "webgpu" / "ort" / "CMakeCache.txt"
+    assert re.search(r"^onnxruntime_BUILD_UNIT_TESTS:\w+=ON$", cache.read_text(), re.MULTILINE)
+    assert "configuring it for the wheel" in assert_ok(project.ortstack("build"))
+    assert re.search(r"^onnxruntime_BUILD_UNIT_TESTS:\w+=OFF$", cache.read_text(), re.MULTILINE)
     failed = project.ortstack("build", "--native-tests", *gtest)
     assert failed.returncode == 7, failed.stderr[-3000:]
     output = " ".join((failed.stdout + failed.stderr).split())

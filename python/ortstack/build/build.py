@@ -197,6 +197,24 @@ def _forget_other_compilers(build_dir: Path, tools: toolchain.Toolchain) -> None
         remove_tree(build_dir / ORT_PREFIX_DIR)
 
 
+def _write_ort_options(build_dir: Path, options: dict[str, str]) -> Path:
+    """The initial cache onnxruntime's configure step reads. That step runs again only when the file changes,
+    but ``--native-tests`` configures the build dir again with the unit tests on, which the wheel's options turn
+    off: then the file is touched, or the wheel's build would build the unit tests too (and onnxruntime's Python
+    target would copy their test data, which a source archive may not hold)."""
+    options_file = build_dir / "ort-options.cmake"
+    if wheel.write_if_changed(options_file, _ort_options_file(options)):
+        return options_file
+    try:
+        cache = (build_dir / ORT_BINARY_DIR / "CMakeCache.txt").read_text("utf-8")
+    except OSError:
+        return options_file
+    if re.search(rf"^{native_tests.UNIT_TESTS}:\w+=ON$", cache, re.MULTILINE):
+        log.info("onnxruntime's build dir has its unit tests on (--native-tests): configuring it for the wheel")
+        options_file.touch()
+    return options_file
+
+
 _CACHED_PYTHON = re.compile(r"^Python_EXECUTABLE:[A-Z]+=(.*)$", re.MULTILINE)
 # An entry with the comment lines above it: a comment left without its entry breaks the cache.
 _FIND_PYTHON_STATE = re.compile(r"(?:^//.*\n)*^_Python3?_\w+:INTERNAL=.*\n?", re.MULTILINE)
@@ -419,8 +437,7 @@ def _build(
         description=f"onnxruntime {ort_version} ({variant.name} variant), built by ortstack",
         build_info=info.to_json(),
     )
-    options_file = build_dir / "ort-options.cmake"
-    wheel.write_if_changed(options_file, _ort_options_file(ort_options))
+    options_file = _write_ort_options(build_dir, ort_options)
     defines = {
         "ORTSTACK_ORT_SOURCE_DIR": tree.as_posix(),
         "ORTSTACK_ORT_OPTIONS": options_file.as_posix(),
