@@ -65,8 +65,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def base_env() -> dict[str, str]:
-    """The environment tests hand to ortstack and git: the process's, without ORTSTACK_* settings."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("ORTSTACK_")}
+    """The environment tests hand to ortstack and git: the process's, without ORTSTACK_* settings, and with
+    the free space a build needs sized for the miniature (megabytes), not for onnxruntime (tens of GiB)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORTSTACK_")}
+    return {**env, "ORTSTACK_MIN_FREE_GIB_BUILD": "1"}
 
 
 @pytest.fixture(scope="session")
