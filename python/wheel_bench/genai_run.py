@@ -251,12 +251,13 @@ def _longest_node(per_run: list[dict[str, Any]]) -> dict[str, Any] | None:
         f"{e.get('args', {}).get('op_name', '?')} {str(e['name']).removesuffix('_kernel_time')}" for e in per_run
     )
     times = [float(e["dur"]) / 1e3 for e in per_run]
+    [(node, runs)] = names.most_common(1)
     return {
         "median_ms": statistics.median(times),
         "min_ms": min(times),
         "max_ms": max(times),
-        "node": names.most_common(1)[0][0],
-        "runs_with_that_node": names.most_common(1)[0][1],
+        "node": node,
+        "runs_with_that_node": runs,
     }
 
 
