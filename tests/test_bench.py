@@ -8,6 +8,7 @@ interleave the wheels A B B A.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 import os
@@ -22,9 +23,11 @@ import onnx
 import pytest
 
 from clirun import one_error
-from ortstack.suites import vulkan
+from ortstack.commands import bench as bench_command
+from ortstack.settings import Settings
+from ortstack.suites import bench, vulkan
 from ortstack.suites.bench import DEFAULT_LEVELS, LEVELS, OP_VARIANTS, PAGED_VARIANTS, interleaved_order
-from wheel_bench import ops, paged, report, stats
+from wheel_bench import ep, ops, paged, report, stats
 
 if TYPE_CHECKING:
     from clirun import RunOrtstack
@@ -532,3 +535,53 @@ def test_graph_capture_reaches_the_built_in_ep_through_its_config_entry() -> Non
         setup.session_options(graph_capture=False).get_session_config_entry(key)
     assert setup.session_options(graph_capture=True).get_session_config_entry(key) == "1"
     assert setup.providers(graph_capture=True) == [(ep.WEBGPU, {"enableGraphCapture": "1"})]
+
+
+def test_webgpu_options_reach_the_plan_the_sessions_and_the_report(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    bench_command.add_arguments(parser)
+    args = parser.parse_args(
+        ["--webgpu-option", "storageBufferCacheMode=simple", "--webgpu-option", "validationMode=disabled"]
+    )
+    settings = Settings(
+        stack_file=tmp_path / "stack.toml", cache_dir=tmp_path, work_dir=tmp_path, dist_dir=tmp_path, env={}
+    )
+    options = bench_command.options_from_args(args, settings)
+    plan = bench._plan(options, "A", 1, None)
+    assert plan["webgpu_options"] == {"storageBufferCacheMode": "simple", "validationMode": "disabled"}
+    # The built-in EP reads them as session config entries (onnxruntime 1.30 drops its provider options).
+    setup = ep.EpSetup(ep="webgpu", kind="builtin", options=plan["webgpu_options"])
+    session_options = setup.session_options(graph_capture=True)
+    prefix = "ep.webgpuexecutionprovider."
+    assert session_options.get_session_config_entry(prefix + "storageBufferCacheMode") == "simple"
+    assert session_options.get_session_config_entry(prefix + "validationMode") == "disabled"
+    assert session_options.get_session_config_entry(prefix + "enableGraphCapture") == "1"
+    assert setup.providers(graph_capture=False) == [
+        (ep.WEBGPU, {"storageBufferCacheMode": "simple", "validationMode": "disabled"})
+    ]
+    document = {"runs": [], "options": {"webgpu_options": list(options.webgpu_options)}}
+    assert report._software_lines(document) == [
+        "- WebGPU EP options given to every session: `storageBufferCacheMode=simple`, `validationMode=disabled`"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ep=cpu", "--webgpu-option=validationMode=disabled"], "--webgpu-option is for the WebGPU EP"),
+        (["--ep=webgpu", "--webgpu-option=enableGraphCapture=1"], "each case sets graph capture itself"),
+    ],
+)
+def test_webgpu_options_the_bench_cannot_honour_are_refused_before_anything_is_made(
+    run_ortstack: RunOrtstack, tmp_path: Path, args: list[str], message: str
+) -> None:
+    cache = tmp_path / "cache"
+    result = run_ortstack("bench", *args, "--cache-dir", cache)
+    assert message in one_error(result, 2)
+    assert not cache.exists()
+
+
+def test_a_webgpu_option_without_a_value_is_a_usage_error(run_ortstack: RunOrtstack) -> None:
+    result = run_ortstack("bench", "--ep=webgpu", "--webgpu-option=validationMode")
+    assert result.returncode == 2, result.stderr
+    assert "expected NAME=VALUE, got 'validationMode'" in result.stderr

@@ -32,7 +32,12 @@ class EpSetup:
     """``cpu``, ``builtin`` or ``plugin``."""
     devices: list[dict[str, Any]] = field(default_factory=list)
     """What ``get_ep_devices`` says about the chosen device(s)."""
+    options: dict[str, str] = field(default_factory=dict)
+    """WebGPU EP options every session gets (``ortstack bench --webgpu-option``), e.g. storageBufferCacheMode."""
     _plugin_device: Any = None
+
+    def webgpu_options(self, *, graph_capture: bool) -> dict[str, str]:
+        return {**self.options, **({"enableGraphCapture": "1"} if graph_capture else {})}
 
     def session_options(self, *, graph_capture: bool = False) -> ort.SessionOptions:
         options = ort.SessionOptions()
@@ -42,19 +47,19 @@ class EpSetup:
         if graph_capture:  # a captured graph replays fixed buffers: no memory pattern planning
             options.enable_mem_pattern = False
         options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        if self.kind == "builtin" and graph_capture:
+        if self.kind == "builtin":
             # The built-in EP reads its options from the config entries; 1.30.0 drops provider options.
-            options.add_session_config_entry(BUILTIN_WEBGPU_CONFIG_PREFIX + "enableGraphCapture", "1")
+            for name, value in self.webgpu_options(graph_capture=graph_capture).items():
+                options.add_session_config_entry(BUILTIN_WEBGPU_CONFIG_PREFIX + name, value)
         if self.kind == "plugin":
-            provider_options = {"enableGraphCapture": "1"} if graph_capture else {}
-            options.add_provider_for_devices([self._plugin_device], provider_options)
+            options.add_provider_for_devices([self._plugin_device], self.webgpu_options(graph_capture=graph_capture))
         return options
 
     def providers(self, *, graph_capture: bool = False) -> list[Any] | None:
         if self.kind == "cpu":
             return ["CPUExecutionProvider"]
         if self.kind == "builtin":
-            return [(WEBGPU, {"enableGraphCapture": "1"} if graph_capture else {})]
+            return [(WEBGPU, self.webgpu_options(graph_capture=graph_capture))]
         return None  # the plugin device is set on the session options
 
     def session(
@@ -114,9 +119,11 @@ def plugin_library() -> str | None:
     return str(onnxruntime_ep_webgpu.get_library_path())
 
 
-def setup(ep: str) -> EpSetup:
+def setup(ep: str, options: dict[str, str] | None = None) -> EpSetup:
+    """``options``: WebGPU EP options for every session (none on the CPU EP)."""
     if ep == "cpu":
         return EpSetup(ep=ep, kind="cpu")
+    options = dict(options or {})
     if ep != "webgpu":
         msg = f"unknown ep {ep!r}: use cpu or webgpu"
         raise ValueError(msg)
@@ -130,7 +137,9 @@ def setup(ep: str) -> EpSetup:
                 "the WebGPU plugin EP lists no device (a software adapter needs ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1)"
             )
             raise RuntimeError(msg)
-        return EpSetup(ep=ep, kind="plugin", devices=[_describe(devices[0])], _plugin_device=devices[0])
+        return EpSetup(
+            ep=ep, kind="plugin", devices=[_describe(devices[0])], options=options, _plugin_device=devices[0]
+        )
     if WEBGPU not in ort.get_available_providers():
         msg = "this onnxruntime has no WebGPU EP and the plugin package is not installed"
         raise RuntimeError(msg)
@@ -138,7 +147,7 @@ def setup(ep: str) -> EpSetup:
         devices = [_describe(d) for d in _webgpu_devices()]
     except RuntimeError:
         devices = []
-    return EpSetup(ep=ep, kind="builtin", devices=devices)
+    return EpSetup(ep=ep, kind="builtin", devices=devices, options=options)
 
 
 def environment(setup_: EpSetup) -> dict[str, Any]:
@@ -166,6 +175,7 @@ def environment(setup_: EpSetup) -> dict[str, Any]:
         "ep_kind": setup_.kind,
         "plugin_version": plugin_version,
         "devices": setup_.devices,
+        "webgpu_options": setup_.options or None,
         "software_adapter": "lvp" in vk_driver_files,
         "vk_driver_files": vk_driver_files or None,
         "build_info": build_info or None,

@@ -76,8 +76,10 @@ def _model(setup: EpSetup, model_dir: Path, *, graph: str, capture: bool, profil
             og.register_execution_provider_library(ep.WEBGPU, ep.plugin_library())
             ep.registered.add("genai")
         config.append_provider("webgpu")
-        # As the model was built (its builder turns validation off for speed), capture as the case asks.
-        for name, value in {**webgpu_options(model_dir), "enableGraphCapture": "1" if capture else "0"}.items():
+        # As the model was built (its builder turns validation off for speed), then the bench's own options,
+        # capture as the case asks.
+        given = {**webgpu_options(model_dir), **setup.options, "enableGraphCapture": "1" if capture else "0"}
+        for name, value in given.items():
             config.set_provider_option("webgpu", name, value)
     return og.Model(config)
 

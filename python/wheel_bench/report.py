@@ -391,8 +391,11 @@ def _environment_line(run: dict[str, Any]) -> str:
 
 
 def _software_lines(document: dict[str, Any]) -> list[str]:
-    """What each wheel ran, and which onnxruntime-genai (and why) the model level used."""
+    """What each wheel ran, with which WebGPU EP options, and which onnxruntime-genai (and why) the model
+    level used."""
     lines = [_environment_line(run) for run in document["runs"] if run["round"] == 1]
+    if given := document["options"].get("webgpu_options"):  # absent from results written before the option
+        lines.append("- WebGPU EP options given to every session: " + ", ".join(f"`{n}={v}`" for n, v in given))
     if document.get("genai"):  # absent from results written before genai was chosen per run
         lines.append(f"- {document['genai']['reason']}")
     return lines

@@ -18,7 +18,7 @@ from wheel_bench import ep, genai_run, ops, paged
 
 
 def run(plan: dict[str, Any]) -> dict[str, Any]:
-    setup = ep.setup(plan["ep"])
+    setup = ep.setup(plan["ep"], plan.get("webgpu_options"))
     started = time.time()
     cases: list[dict[str, Any]] = []
     ops_plan = plan.get("ops")

@@ -27,6 +27,14 @@ EXAMPLES = """examples:
 COMMON = ("--cache-dir", "--work-dir")
 
 
+def _name_value(text: str) -> tuple[str, str]:
+    name, equals, value = text.partition("=")
+    if not name or not equals:
+        msg = f"expected NAME=VALUE, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return name, value
+
+
 def _on_off(text: str) -> tuple[bool, ...]:
     """``on``, ``off`` or both as a comma list, in the order given."""
     words = text.split(",")
@@ -106,6 +114,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--adapter",
         type=_on_off,
         help="op level, INT8 variants: on, off (zero-sized adapter weights) or on,off (default on,off; --quick: on)",
+    )
+    parser.add_argument(
+        "--webgpu-option",
+        type=_name_value,
+        action="append",
+        metavar="NAME=VALUE",
+        help="a WebGPU EP option for every session of every level, as onnxruntime names it without its prefix, "
+        "e.g. storageBufferCacheMode=simple or validationMode=disabled (repeatable; graph capture is --capture)",
     )
     parser.add_argument("--paged-context", type=int, help="paged level: tokens in the cache at decode (default 4096)")
     parser.add_argument("--paged-prefill", type=int, help="paged level: new tokens at prefill (default 1024)")
@@ -196,6 +212,7 @@ def options_from_args(args: argparse.Namespace, config: Settings) -> bench.Bench
         "paged_variants": args.paged_variants,
         "paged_heads": args.paged_heads,
         "paged_head_size": args.paged_head_size,
+        "webgpu_options": tuple(args.webgpu_option) if args.webgpu_option else None,
     }
     return bench.replace(options, **{k: v for k, v in overrides.items() if v is not None})
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 WORKER_EXTRAS = ("numpy", "onnx")
 BUILDER_REQUIREMENTS = ("torch", "transformers", "tokenizers", "onnx", "onnx_ir")
+CAPTURE_OPTION = "enableGraphCapture"
 OP_VARIANTS = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8", "lora_int8_raw")
 """What ``wheel_bench.ops`` builds (its ``VARIANTS``; that package needs onnx, the orchestrator does not)."""
 PAGED_VARIANTS = ("norm_off", "norm", "norm_unfused")
@@ -83,6 +84,8 @@ class BenchOptions:
     paged_head_size: int = 128
     capture_modes: tuple[bool, ...] = (False, True)
     """Graph capture off / on, at both levels."""
+    webgpu_options: tuple[tuple[str, str], ...] = ()
+    """WebGPU EP options (name, value) every session of every level gets; graph capture is ``capture_modes``'."""
     model_shape: str = "realistic"
     model_dir: Path | None = None
     """A model made by ``wheel_bench.genai_model``; built (and cached) when not given."""
@@ -149,10 +152,21 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
     if options.genai_profile and ("genai" not in options.levels or False not in options.capture_modes):
         msg = "--genai-profile profiles a genai request without graph capture (the EP does not time replays)"
         raise UsageError(msg, tip="run it with the genai level and capture off: --levels genai --capture off or off,on")
+    if options.webgpu_options:
+        _check_webgpu_options(options)
     missing = vulkan.missing_driver(env) if options.ep == "webgpu" else None
     if missing is not None:
         msg = f"the webgpu bench cannot run: {missing} (a machine setup problem: nothing was run)"
         raise ConfigError(msg, tip=vulkan.LAVAPIPE_TIP.replace("`--ep cpu`", "`ortstack bench --ep cpu`"))
+
+
+def _check_webgpu_options(options: BenchOptions) -> None:
+    if options.ep != "webgpu":
+        msg = f"--webgpu-option is for the WebGPU EP, and this bench runs --ep {options.ep}"
+        raise UsageError(msg, tip="drop --webgpu-option, or run --ep webgpu")
+    if any(name == CAPTURE_OPTION for name, _ in options.webgpu_options):
+        msg = f"--webgpu-option {CAPTURE_OPTION}: each case sets graph capture itself"
+        raise UsageError(msg, tip="choose it with --capture off|on|off,on")
 
 
 def _check_paged_sizes(options: BenchOptions) -> None:
@@ -286,6 +300,7 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
         "ep": options.ep,
         "warmups": options.warmups,
         "requests": options.requests,
+        "webgpu_options": dict(options.webgpu_options),
     }
     if "ops" in options.levels:
         plan["ops"] = {
