@@ -8,6 +8,7 @@ refuses. The dependency comes from a local git checkout, checked against the dep
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from typing import TYPE_CHECKING
@@ -254,3 +255,28 @@ def test_a_local_source_for_no_deps_txt_entry_is_refused(local_build: tuple[Proj
     line = one_error(project.ortstack("build", "--dep-source", f"mini_dpe={checkout}"), 3)
     # A name only another variant uses passes (one set of sources serves a stack); a misspelt one does not.
     assert "local source given for mini_dpe, which is not an entry of cmake/deps.txt" in line
+
+
+def test_a_plain_source_folder_is_identified_by_every_file_path_size_and_mtime(tmp_path: Path) -> None:
+    """A folder that is no git checkout (an unpacked archive): what its patched copy is keyed by."""
+    source = tmp_path / "dep"
+    (source / "src" / "deep").mkdir(parents=True)
+    (source / "CMakeLists.txt").write_text("project(dep)\n")
+    (source / "src" / "deep" / "a.cc").write_text("int a;\n")
+    (source / "src" / "linked.cc").symlink_to(source / "src" / "deep" / "a.cc")
+    (source / "loop").symlink_to(source, target_is_directory=True)  # a symlinked folder is not entered
+    (source / "dangling").symlink_to(source / "nowhere")
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path))
+
+    def stamp(relative: str) -> str:
+        found = (source / relative).stat()
+        return f"{relative}:{found.st_size}:{found.st_mtime_ns}"
+
+    expected = [stamp("CMakeLists.txt"), stamp("src/deep/a.cc"), stamp("src/linked.cc")]
+    assert dep_sources._identity(source, env) == "\n".join(sorted(expected))
+    before = dep_sources._identity(source, env)
+    (source / "src" / "deep" / "a.cc").write_text("int a = 1;\n")
+    assert dep_sources._identity(source, env) != before
+    changed = dep_sources._identity(source, env)
+    (source / "src" / "new.h").write_text("")
+    assert dep_sources._identity(source, env) != changed

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from ortstack.patches import series
 from ortstack.source import deps, fetch, ort_tree
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
     from ortstack.cache import Cache
     from ortstack.config import Stack
@@ -108,12 +109,25 @@ def _identity(source: Path, env: Mapping[str, str]) -> str:
     head = _git_out(["rev-parse", "HEAD"], source, env)
     if head is not None:
         return head + (_git_out(["diff", "HEAD"], source, env) or "")
-    entries = sorted(
-        f"{p.relative_to(source).as_posix()}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-        for p in source.rglob("*")
-        if p.is_file()
-    )
-    return "\n".join(entries)
+    return "\n".join(sorted(_file_stamps(source)))
+
+
+def _file_stamps(root: Path) -> Iterator[str]:
+    """``relative/path:size:mtime_ns`` of every file under ``root``, symlinked folders not entered.
+
+    os.scandir, not pathlib: a build that changes nothing walks each plain source folder (15,719 files for
+    onnxruntime 1.30's), and pathlib's per-file objects made that most of a no-op build's time.
+    """
+    prefix = len(str(root)) + len(os.sep)
+    folders = [str(root)]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                elif entry.is_file():
+                    found = entry.stat()
+                    yield f"{entry.path[prefix:].replace(os.sep, '/')}:{found.st_size}:{found.st_mtime_ns}"
 
 
 def apply_ort_patch(patch: Path, target: Path, env: Mapping[str, str]) -> str:
