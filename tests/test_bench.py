@@ -450,6 +450,9 @@ def test_paged_report_gives_marginal_costs_their_ratios_and_absent_variants(tmp_
         in markdown
     )
     assert markdown.count("caches not appended in place") == 1
+    without_plots = tmp_path / "without-plots"
+    assert set(report.write(document, without_plots, with_plots=False)) == {"json", "markdown"}
+    assert sorted(p.name for p in without_plots.iterdir()) == ["bench.json", "bench.md"]
     paths = report.write(document, tmp_path)
     assert (tmp_path / "paged.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert tmp_path / "paged.png" in paths.values()

@@ -876,11 +876,12 @@ def _paged_plot(plt: Any, document: dict[str, Any], rows: list[dict[str, Any]], 
     return path
 
 
-def write(document: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+def write(document: dict[str, Any], out_dir: Path, *, with_plots: bool = True) -> dict[str, Path]:
+    """bench.json, bench.md and, ``with_plots`` (they need matplotlib), the PNGs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md"}
     paths["json"].write_text(json.dumps(document, indent=1))
     paths["markdown"].write_text(markdown(document))
-    for index, path in enumerate(plots(document, out_dir)):
+    for index, path in enumerate(plots(document, out_dir) if with_plots else []):
         paths[f"png{index}"] = path
     return paths

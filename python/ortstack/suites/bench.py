@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import importlib.util
 import json
 import platform
 import shutil
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 WORKER_EXTRAS = ("numpy", "onnx")
 BUILDER_REQUIREMENTS = ("torch", "transformers", "tokenizers", "onnx", "onnx_ir")
 CAPTURE_OPTION = "enableGraphCapture"
+PLOTS_TIP = "pip install matplotlib, or run the bench through `nox -s bench`"
 OP_VARIANTS = ("base", "lora_fp16", "lora_fp16_adapter", "lora_int8", "lora_int8_raw")
 """What ``wheel_bench.ops`` builds (its ``VARIANTS``; that package needs onnx, the orchestrator does not)."""
 PAGED_VARIANTS = ("norm_off", "norm", "norm_unfused")
@@ -338,6 +340,10 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
 def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
     """Run the whole bench; returns the paths of the JSON, Markdown and PNG outputs."""
     check_before_installing(options, env)
+    # Said before the run, not after it: the plots are the one part of the report that needs matplotlib.
+    plotting = importlib.util.find_spec("matplotlib") is not None
+    if not plotting:
+        log.warn(f"matplotlib is not installed in {sys.executable}: the report will have no plots ({PLOTS_TIP})")
     env = vulkan.webgpu_env(env, options.out_dir / "shader-cache") if options.ep == "webgpu" else dict(env)
     options.out_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(options.out_dir / "shader-cache", ignore_errors=True)
@@ -401,4 +407,4 @@ def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
         "runs": runs,
     }
     document["summary"] = report.summarize(document, bandwidth_gbs=options.bandwidth_gbs)
-    return report.write(document, options.out_dir)
+    return report.write(document, options.out_dir, with_plots=plotting)
