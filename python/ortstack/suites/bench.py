@@ -87,7 +87,7 @@ class BenchOptions:
     capture_modes: tuple[bool, ...] = (False, True)
     """Graph capture off / on, at both levels."""
     webgpu_options: tuple[tuple[str, str], ...] = ()
-    """WebGPU EP options (name, value) every session of every level gets; graph capture is ``capture_modes``'."""
+    """WebGPU EP options (name, value) every session of every level gets; graph capture is ``capture_modes``' choice."""
     model_shape: str = "realistic"
     model_dir: Path | None = None
     """A model made by ``wheel_bench.genai_model``; built (and cached) when not given."""
