@@ -24,6 +24,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from wheel_bench.genai_model import export_adapter
 from wheel_tests import capabilities, eps, lora, models, probes, reference
 from wheel_tests.capabilities import assert_refused
 from wheel_tests.probes import NO_DEVICE_VALUES, first_line, run_probe
@@ -269,6 +270,40 @@ def test_qlora_fusion(
             np.testing.assert_array_equal(outputs["auto"], outputs[chosen], err_msg=f"auto vs {chosen} ({state})")
     if not_fused:  # the raw pattern's numbers were checked above; the fusion, this test's feature, is absent
         absent(not_fused)
+
+
+@pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
+def test_run_uses_the_adapter_as_loaded_now(ep: eps.EpKind, m: int, *, tmp_path: Path) -> None:
+    """A session may keep an active adapter's parameters on its device across runs; each run must still
+    use what its adapters hold now. Adapter A twice (the second run from any kept copy), the same adapter
+    object loaded again with B's parameters, then released and a new adapter loaded with A (it may take the
+    released one's addresses), then none: each run equals the reference of its parameters."""
+    dtype = np.float16
+    spec = lora.spec(dtype, "int8", defaults=_defaults(ep))
+    base = lora.base_weight(dtype)
+    session = _session(ep, models.qlora(spec, base), level=ALL)
+    x = lora.activations(m, dtype)
+    weights = {"A": lora.adapter_weights(spec, seed=3), "B": lora.adapter_weights(spec, seed=4)}
+    files: dict[str, Path] = {}
+    for name, w in weights.items():
+        files[name] = tmp_path / f"{name}.onnx_adapter"
+        export_adapter(files[name], models.adapter_tensors(spec, w))
+
+    def check(adapter: ort.LoraAdapter | None, name: str | None, what: str) -> None:
+        expected = reference.qlora(x, base, weights[name] if name else None)
+        reference.assert_close(lora.run(session, x, adapter), expected, dtype=dtype, what=what)
+
+    adapter = ort.LoraAdapter()
+    adapter.Load(str(files["A"]))
+    check(adapter, "A", "adapter A")
+    check(adapter, "A", "adapter A, second run")
+    adapter.Load(str(files["B"]))
+    check(adapter, "B", "the same adapter object loaded again with B")
+    del adapter
+    replacement = ort.LoraAdapter()
+    replacement.Load(str(files["A"]))
+    check(replacement, "A", "a new adapter with A after the first was released")
+    check(None, None, "no adapter")
 
 
 # Pairwise over dtype, decode/prefill and the adapter defaults: zero-sized (off runs the base alone, so
