@@ -273,15 +273,24 @@ def test_qlora_fusion(
 
 
 @pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
-def test_run_uses_the_adapter_as_loaded_now(ep: eps.EpKind, m: int, *, tmp_path: Path) -> None:
+def test_run_uses_the_adapter_as_loaded_now(
+    ep: eps.EpKind, m: int, *, tmp_path: Path, absent: Callable[[str], NoReturn]
+) -> None:
     """A session may keep an active adapter's parameters on its device across runs; each run must still
     use what its adapters hold now. Adapter A twice (the second run from any kept copy), the same adapter
     object loaded again with B's parameters, then released and a new adapter loaded with A (it may take the
-    released one's addresses), then none: each run equals the reference of its parameters."""
+    released one's addresses), then none: each run equals the reference of its parameters. A wheel without
+    the LoRA API or the pattern's 8-bit MatMulNBits has nothing to run: absent."""
+    if not capabilities.has_lora_api():
+        absent("no LoRA adapter API (AdapterFormat, LoraAdapter, RunOptions.add_active_adapter)")
     dtype = np.float16
     spec = lora.spec(dtype, "int8", defaults=_defaults(ep))
     base = lora.base_weight(dtype)
-    session = _session(ep, models.qlora(spec, base), level=ALL)
+    model = models.qlora(spec, base)
+    missing = _missing_pattern(ep, dtype, model, Case(m=m))
+    if missing is not None:
+        absent(missing)
+    session = _session(ep, model, level=ALL)
     x = lora.activations(m, dtype)
     weights = {"A": lora.adapter_weights(spec, seed=3), "B": lora.adapter_weights(spec, seed=4)}
     files: dict[str, Path] = {}
