@@ -9,6 +9,7 @@ layout), empty and partial adapters; ``auto`` picks its kernel from X's rows per
 batch. K = 2048 and N = 300 (``lora``): several K blocks per lane and partial output tiles. Without
 the operator: the optimized graph keeps the raw pattern, which still computes the right numbers.
 Graph capture replays must follow adapter switches (in a child process: capture may crash a wheel).
+A run uses what its adapter holds now, though a session may keep its parameters on the device.
 """
 
 from __future__ import annotations
