@@ -51,7 +51,9 @@ def test_a_profile_without_dispatches_or_with_uneven_runs_says_why(tmp_path: Pat
         gpu_time.per_run(events, 3, skip=1)
 
 
-def _case(variant: str, layers: int, runs: list[float] | None, *, error: str | None = None) -> dict[str, Any]:
+def _case(
+    variant: str, layers: int, runs: list[float] | None, *, error: str | None = None, capture: bool = False
+) -> dict[str, Any]:
     gpu: dict[str, Any] = {"error": error} if error else {"run_us": runs, "by_program": {"k": 40.0}, "dispatches": 2}
     return {
         "level": "ops",
@@ -60,7 +62,7 @@ def _case(variant: str, layers: int, runs: list[float] | None, *, error: str | N
         "k": 64,
         "layers": layers,
         "adapter": True,
-        "capture": False,
+        "capture": capture,
         "bytes_per_layer": 1000,
         "samples_ms": [1.0, 1.1, 1.2],
         "first_run_ms": 9.0,
@@ -73,7 +75,7 @@ def test_the_op_table_gives_gpu_time_per_layer_and_its_ratio_to_base() -> None:
         "base/L=2": _case("base", 2, [100.0, 102.0, 98.0]),
         "base/L=1": _case("base", 1, [50.0, 51.0, 49.0]),
         "lora_int8/L=2": _case("lora_int8", 2, [150.0, 153.0, 147.0]),
-        "lora_int8/L=1": _case("lora_int8", 1, None, error="the WebGPU EP does not time a captured graph's replays"),
+        "lora_int8/L=1": _case("lora_int8", 1, None, error="the profile has no GPU dispatch events"),
     }
     document = {
         "host": {},
@@ -90,8 +92,27 @@ def test_the_op_table_gives_gpu_time_per_layer_and_its_ratio_to_base() -> None:
     assert rows["lora_int8"]["gpu_kernels_us"] == {"k": 20.0}
     assert "gpu_error" not in rows["lora_int8"]
     lines = report._kernel_lines(summary["ops"])
-    assert "| A | lora_int8 | 1 | on | `k` | 20.0 |" in lines
+    assert "| A | lora_int8 | 1 | on | off | `k` | 20.0 |" in lines
     assert "No GPU time" not in "\n".join(lines)
+
+
+def test_captured_replays_are_timed_against_the_base_of_their_own_capture_mode() -> None:
+    cases = {
+        "base/L=2": _case("base", 2, [100.0, 102.0, 98.0]),
+        "base/L=2/capture=on": _case("base", 2, [60.0, 61.0, 59.0], capture=True),
+        "lora_int8/L=2/capture=on": _case("lora_int8", 2, [240.0, 244.0, 236.0], capture=True),
+    }
+    document = {
+        "host": {},
+        "wheels": [{"id": "A"}],
+        "runs": [{"wheel": "A", "round": 1, "cases": [{"key": k, **c} for k, c in cases.items()]}],
+    }
+    summary = report.summarize(document)
+    rows = {(r["variant"], r["capture"]): r for r in summary["ops"]}
+    assert rows["lora_int8", True]["gpu_x_base"] == pytest.approx(4.0)
+    lines = report._kernel_lines(summary["ops"])
+    assert "| A | base | 1 | on | off | `k` | 20.0 |" in lines
+    assert "| A | base | 1 | on | on | `k` | 20.0 |" in lines
 
 
 def _paged(variant: str, layers: int, runs: list[float]) -> dict[str, Any]:

@@ -374,7 +374,8 @@ def measure(
                 for a in measured
             }
         del lora, model
-        if profile_dir is not None and round_ == 1 and not load.capture:  # the EP does not time replays
+        # Capture off: a replay has no node events to split the host time by.
+        if profile_dir is not None and round_ == 1 and not load.capture:
             _add_gpu_profile(
                 setup, model_dir, load, results, prompts=prompts, generate=generate, adapters=measured, keep=profile_dir
             )

@@ -5,8 +5,11 @@ With session profiling on, onnxruntime's WebGPU EP brackets every dispatch with 
 and writes one profiler event per dispatch (``WebGpuContext::CollectProfilingData``): name
 ``node&op_type&program``, ``dur`` in µs, ``args.cache_key``. A profiled session of its own runs the
 case again; its events are cut into runs by count (every run of a case dispatches the same kernels),
-and the first runs, which compile pipelines, are dropped. The EP does not time a captured graph's
-replays, and the CPU EP has no dispatches: such cases say so instead.
+and the first runs, which compile pipelines, are dropped. With graph capture on, onnxruntime 1.30.0's
+EP times the replays (``WebGpuContext::Replay`` restores each captured dispatch's profiling entry) and
+not the capturing run, which is replayed once within the same run: one run still gives one set of
+dispatch events. An EP that does not time replays gives no events or uneven runs, and the CPU EP has
+no dispatches: such cases say so instead.
 """
 
 from __future__ import annotations

@@ -439,7 +439,7 @@ def markdown(document: dict[str, Any]) -> str:
                 "medians to `base` of the same wheel, M and capture mode, with its 95 % bootstrap interval; "
                 "adapter off: zero-sized adapter weights. GPU µs: the chain's dispatches timed by the WebGPU EP's "
                 "profiler (timestamp queries) in a profiled session of their own, per layer, median over its runs "
-                "with a 95 % bootstrap interval; none with capture on (replays are not timed) or on the CPU EP."
+                "with a 95 % bootstrap interval (with capture on: the replays' dispatches); none on the CPU EP."
             ),
             "",
             (
@@ -511,14 +511,18 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _kernel_lines(rows: list[dict[str, Any]], columns: tuple[str, ...] = ("variant", "m", "adapter")) -> list[str]:
+def _kernel_lines(
+    rows: list[dict[str, Any]], columns: tuple[str, ...] = ("variant", "m", "adapter", "capture")
+) -> list[str]:
     """Each kernel's GPU µs per layer (``columns`` name the row), and why a row has no GPU figures."""
     timed = [r for r in rows if r.get("gpu_kernels_us")]
     untimed = sorted({r["gpu_error"] for r in rows if r.get("gpu_error")})
     lines = []
 
     def cell(row: dict[str, Any], column: str) -> str:
-        return _on_off(row.get(column, True)) if column == "adapter" else str(row[column])
+        if column in {"adapter", "capture"}:
+            return _on_off(row.get(column, column == "adapter"))
+        return str(row[column])
 
     if timed:
         lines += [

@@ -152,7 +152,10 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
     if "genai" in options.levels and options.builder_python is not None and options.model_dir is None:
         _check_builder_python(options.builder_python, env)
     if options.genai_profile and ("genai" not in options.levels or False not in options.capture_modes):
-        msg = "--genai-profile profiles a genai request without graph capture (the EP does not time replays)"
+        msg = (
+            "--genai-profile profiles a genai request without graph capture "
+            "(a replay skips the executor whose node events split its host time)"
+        )
         raise UsageError(msg, tip="run it with the genai level and capture off: --levels genai --capture off or off,on")
     if options.webgpu_options:
         _check_webgpu_options(options)
