@@ -6,7 +6,8 @@ and every ``session.webgpu.lora_fusion_mode`` agrees, for decode, prefill and M 
 batches, a base with and without zero points and bias, adapters in MatMulNBits order and stored
 block-major behind Transposes (opset 13 and 23/24: the fused node absorbs them and reads the stored
 layout), empty and partial adapters; ``auto`` picks its kernel from X's rows per matrix, not from the
-batch. K = 2048 and N = 300 (``lora``): several K blocks per lane and partial output tiles. Without
+batch. K = 2048 and N = 300 (``lora``): several K blocks per lane and partial output tiles. fp16 decode
+gives the unfused graph's bits, as the seed's fused kernels do. Without
 the operator: the optimized graph keeps the raw pattern, which still computes the right numbers.
 Graph capture replays must follow adapter switches (in a child process: capture may crash a wheel).
 A run uses what its adapter holds now, though a session may keep its parameters on the device.
@@ -271,6 +272,34 @@ def test_qlora_fusion(
             np.testing.assert_array_equal(outputs["auto"], outputs[chosen], err_msg=f"auto vs {chosen} ({state})")
     if not_fused:  # the raw pattern's numbers were checked above; the fusion, this test's feature, is absent
         absent(not_fused)
+
+
+@pytest.mark.parametrize("batch", [None, BATCH], ids=["2d", f"batch{BATCH}"])
+@pytest.mark.parametrize("base_zero_points", [False, True], ids=["base", "base-zp"])
+def test_fused_decode_equals_the_unfused_graph_bitwise(
+    ep: eps.EpKind,
+    batch: int | None,
+    *,
+    base_zero_points: bool,
+    tmp_path: Path,
+    absent: Callable[[str], NoReturn],
+) -> None:
+    """fp16 decode as the seed builds it: the base kernel's dispatch also computes T with MatMulNBits' own 8-bit
+    arithmetic, and T . up is summed and added as the unfused graph's MatMulNBits and Add do, so the fused
+    projection gives the unfused graph's bits (the seed checks full models against the unfused FP16 graph)."""
+    if ep == "cpu" or not (capabilities.has_qlora_schema() or capabilities.claimed("qlora")):
+        absent(f"no {capabilities.QLORA_OP} on this EP: nothing fused to compare")
+    spec = lora.spec(np.float16, "int8", defaults=_defaults(ep), batched=batch is not None)
+    base = lora.base_weight(np.float16, zero_points=base_zero_points)
+    model = models.qlora(spec, base)
+    x = lora.activations(1, np.float16, batch)
+    adapter = lora.write_adapter(
+        tmp_path / "full.onnx_adapter", models.adapter_tensors(spec, lora.adapter_weights(spec, seed=3))
+    )
+    fused = lora.run(_session(ep, model, level=ALL), x, adapter)
+    unfused = lora.run(_session(ep, model, level=ALL, disabled=(FUSION,)), x, adapter)
+    assert np.abs(fused.astype(np.float64)).max() > 0  # a real update, not two zero outputs
+    np.testing.assert_array_equal(fused, unfused, err_msg="fused decode against the unfused graph")
 
 
 @pytest.mark.parametrize("m", [1, 16], ids=["decode", "prefill"])
