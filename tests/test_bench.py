@@ -8,7 +8,6 @@ interleave the wheels A B B A.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -22,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 import onnx
 import pytest
 
+from bench_options import bench_options
 from clirun import one_error
-from ortstack.commands import bench as bench_command
-from ortstack.settings import Settings
 from ortstack.suites import bench, vulkan
 from ortstack.suites.bench import DEFAULT_LEVELS, LEVELS, OP_VARIANTS, PAGED_VARIANTS, interleaved_order
 from wheel_bench import ep, ops, paged, report, stats
@@ -38,6 +36,20 @@ PYTHON_SRC = Path(__file__).parents[1] / "python"
 def test_interleaved_order_reverses_the_second_round() -> None:
     assert interleaved_order(2) == [(0, 1), (1, 1), (1, 2), (0, 2)]
     assert interleaved_order(1) == [(0, 1), (0, 2)]
+
+
+def test_each_capture_mode_gets_worker_plans_of_its_own_and_paged_runs_once(tmp_path: Path) -> None:
+    both = bench_options(tmp_path, "--levels=ops,paged,genai", "--capture=off,on")
+    assert bench.worker_captures(both) == [(False,), (True,)]
+    plans = [bench._plan(both, "A", 1, tmp_path / "model", captures) for captures in bench.worker_captures(both)]
+    assert [p["ops"]["captures"] for p in plans] == [[False], [True]]
+    assert [p["genai"]["capture_modes"] for p in plans] == [[False], [True]]
+    assert ["paged" in p for p in plans] == [True, False]  # it does not capture: once per round
+    on_first = bench_options(tmp_path, "--levels=ops,paged", "--capture=on,off")
+    assert ["paged" in bench._plan(on_first, "A", 1, None, c) for c in bench.worker_captures(on_first)] == [True, False]
+    paged_only = bench_options(tmp_path, "--levels=paged", "--capture=off,on")
+    assert bench.worker_captures(paged_only) == [(False, True)]  # nothing captures: one worker
+    assert bench.worker_captures(bench_options(tmp_path, "--levels=ops", "--capture=on")) == [(True,)]
 
 
 def test_the_orchestrator_offers_the_variants_the_worker_builds() -> None:
@@ -173,17 +185,26 @@ def test_raw_vs_fused_adapter_and_capture_modes_on_the_cpu_ep(tmp_path: Path, ba
     assert options["variants"] == ["base", "lora_int8", "lora_int8_raw"]
     assert options["adapter_modes"] == [True, False]
     assert options["capture_modes"] == [False, True]
+    # Each capture mode in a worker process of its own: no uncaptured case runs after a captured one.
+    workers = [(o["wheel"], o["round"], o["captures"]) for o in document["order"]]
+    assert workers == [("A", 1, [False]), ("A", 1, [True]), ("A", 2, [False]), ("A", 2, [True])]
+    assert [run["captures"] for run in document["runs"]] == [w[2] for w in workers]
     layers = {1, options["layers"]}
     expected = {
-        f"{v}/M={m}/K={options['k']}/L={n}" + suffix + capture
-        for m in (1, 16)
-        for n in layers
-        for capture in ("", "/capture=on")
-        for v, suffix in [("base", ""), *((v, s) for v in ("lora_int8", "lora_int8_raw") for s in ("", "/adapter=off"))]
+        capture: {
+            f"{v}/M={m}/K={options['k']}/L={n}" + suffix + ("/capture=on" if capture else "")
+            for m in (1, 16)
+            for n in layers
+            for v, suffix in [
+                ("base", ""),
+                *((v, s) for v in ("lora_int8", "lora_int8_raw") for s in ("", "/adapter=off")),
+            ]
+        }
+        for capture in (False, True)
     }
     for run in document["runs"]:
         cases = {c["key"]: c for c in run["cases"]}
-        assert set(cases) == expected
+        assert set(cases) == expected[run["captures"][0]]
         for key, case in cases.items():
             if case["capture"]:
                 assert case["error"] == "graph capture is a WebGPU provider option; the CPU EP has none", key
@@ -218,6 +239,11 @@ def test_raw_vs_fused_adapter_and_capture_modes_on_the_cpu_ep(tmp_path: Path, ba
     assert "| absent: the optimized graph keeps the raw pattern (CPU EP) |" in markdown
     assert "## Not measured" in markdown
     assert "lora_int8_raw/M=16/K=256/L=4/adapter=off/capture=on: graph capture is a WebGPU provider option" in markdown
+    assert (
+        "order of worker runs: A1 (capture off) A1 (capture on) A2 (capture off) A2 (capture on), "
+        "each capture mode in a process of its own;" in " ".join(markdown.split())
+    )
+    assert markdown.count("- A ran onnxruntime") == 1
 
 
 def test_each_wheels_rows_carry_what_its_own_run_found() -> None:
@@ -541,15 +567,9 @@ def test_graph_capture_reaches_the_built_in_ep_through_its_config_entry() -> Non
 
 
 def test_webgpu_options_reach_the_plan_the_sessions_and_the_report(tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser()
-    bench_command.add_arguments(parser)
-    args = parser.parse_args(
-        ["--webgpu-option", "storageBufferCacheMode=simple", "--webgpu-option", "validationMode=disabled"]
+    options = bench_options(
+        tmp_path, "--webgpu-option", "storageBufferCacheMode=simple", "--webgpu-option", "validationMode=disabled"
     )
-    settings = Settings(
-        stack_file=tmp_path / "stack.toml", cache_dir=tmp_path, work_dir=tmp_path, dist_dir=tmp_path, env={}
-    )
-    options = bench_command.options_from_args(args, settings)
     plan = bench._plan(options, "A", 1, None)
     assert plan["webgpu_options"] == {"storageBufferCacheMode": "simple", "validationMode": "disabled"}
     # The built-in EP reads them as session config entries (onnxruntime 1.30 drops its provider options).

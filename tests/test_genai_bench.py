@@ -7,7 +7,6 @@ document of known samples.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -18,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
+from bench_options import bench_options
 from clirun import one_error
-from ortstack.commands import bench as bench_command
 from ortstack.errors import UsageError
-from ortstack.settings import Settings
 from ortstack.suites import bench
 from wheel_bench import genai_model, genai_run, report
 
@@ -46,28 +44,15 @@ def test_the_orchestrator_offers_what_the_genai_worker_runs() -> None:
     assert h200.hidden % genai_model.BLOCK == h200.intermediate % genai_model.BLOCK == 0
 
 
-def _options(tmp_path: Path, *argv: str) -> bench.BenchOptions:
-    parser = argparse.ArgumentParser()
-    bench_command.add_arguments(parser)
-    config = Settings(
-        stack_file=tmp_path / "stack.toml",
-        cache_dir=tmp_path / "cache",
-        work_dir=tmp_path / "work",
-        dist_dir=tmp_path / "dist",
-        env={},
-    )
-    return bench_command.options_from_args(parser.parse_args(argv), config)
-
-
 def test_genai_options_default_to_the_seeds_protocol_and_the_quick_bench_stays_small(tmp_path: Path) -> None:
-    full = _options(tmp_path)
+    full = bench_options(tmp_path)
     assert full.genai_graphs == ("fused", "raw")
     assert full.genai_adapters == ("off", "a", "b")
     assert full.prompt_lengths == (128, 1024)
     assert full.generate == 128
     assert full.capture_modes == (False, True)
     assert (full.warmups, full.requests) == (3, 5)  # ten timed requests over two rounds
-    quick = _options(tmp_path, "--quick")
+    quick = bench_options(tmp_path, "--quick")
     assert quick.model_shape == "tiny"
     assert quick.genai_adapters == ("off", "a")
     assert quick.prompt_lengths == (16,)
@@ -75,7 +60,7 @@ def test_genai_options_default_to_the_seeds_protocol_and_the_quick_bench_stays_s
 
 
 def test_genai_options_pick_shape_graphs_adapters_and_prompts(tmp_path: Path) -> None:
-    options = _options(
+    options = bench_options(
         tmp_path,
         "--quick",
         "--model-shape=h200",
@@ -101,7 +86,7 @@ def test_genai_options_pick_shape_graphs_adapters_and_prompts(tmp_path: Path) ->
         "profile_dir": None,
     }
     assert plan["round"] == 2
-    profiled = _options(tmp_path, "--quick", "--genai-profile")
+    profiled = bench_options(tmp_path, "--quick", "--genai-profile")
     kept = bench._plan(profiled, "A", 1, tmp_path / "model")["genai"]["profile_dir"]
     assert kept == str(profiled.out_dir / "profiles" / "A")
 
@@ -409,7 +394,7 @@ def test_a_builder_python_without_the_builders_modules_is_refused_before_anythin
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     python = bare / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    options = bench.replace(_options(tmp_path, "--levels=genai", "--ep=cpu"), builder_python=python)
+    options = bench.replace(bench_options(tmp_path, "--levels=genai", "--ep=cpu"), builder_python=python)
     with pytest.raises(UsageError) as refused:
         bench.check_before_installing(options, dict(os.environ))
     for module in bench.BUILDER_MODULES:

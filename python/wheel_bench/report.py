@@ -353,7 +353,7 @@ def _spread(spread: dict[str, float] | None, digits: int = 1) -> str:
     return f"{_fmt(spread['median'], digits)} ({_fmt(spread['min'], digits)}-{_fmt(spread['max'], digits)})"
 
 
-def _on_off(flag: bool) -> str:  # noqa: FBT001 - a table cell
+def on_off(flag: bool) -> str:  # noqa: FBT001 - a table cell or a worker's name
     return "on" if flag else "off"
 
 
@@ -393,12 +393,22 @@ def _environment_line(run: dict[str, Any]) -> str:
 def _software_lines(document: dict[str, Any]) -> list[str]:
     """What each wheel ran, with which WebGPU EP options, and which onnxruntime-genai (and why) the model
     level used."""
-    lines = [_environment_line(run) for run in document["runs"] if run["round"] == 1]
+    first_runs = {run["wheel"]: run for run in reversed(document["runs"])}  # a wheel's first worker
+    lines = [_environment_line(first_runs[wheel]) for wheel in dict.fromkeys(run["wheel"] for run in document["runs"])]
     if given := document["options"].get("webgpu_options"):  # absent from results written before the option
         lines.append("- WebGPU EP options given to every session: " + ", ".join(f"`{n}={v}`" for n, v in given))
     if document.get("genai"):  # absent from results written before genai was chosen per run
         lines.append(f"- {document['genai']['reason']}")
     return lines
+
+
+def _worker_order(order: list[dict[str, Any]]) -> str:
+    """``A1 B1 B2 A2``; where a round ran one worker per capture mode, each named with its mode."""
+    split = len({(o["wheel"], o["round"]) for o in order}) < len(order)
+    if not split:
+        return " ".join(f"{o['wheel']}{o['round']}" for o in order)
+    names = " ".join(f"{o['wheel']}{o['round']} (capture {on_off(o['captures'][0])})" for o in order)
+    return f"{names}, each capture mode in a process of its own"
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -415,7 +425,7 @@ def markdown(document: dict[str, Any]) -> str:
     lines += _software_lines(document)
     host = document["host"]
     lines += [f"- host: {host['platform']}" + (f"; GPU: {', '.join(host['gpus'])}" if host.get("gpus") else "")]
-    order = " ".join(f"{o['wheel']}{o['round']}" for o in document["order"])
+    order = _worker_order(document["order"])
     options = document["options"]
     lines += [
         (
@@ -453,8 +463,8 @@ def markdown(document: dict[str, Any]) -> str:
             key=lambda r: (r["m"], r.get("capture", False), r["variant"], not r.get("adapter", True), r["wheel"]),
         )
         lines += [
-            f"| {r['wheel']} | {r['variant']} | {r['m']} | {_on_off(r.get('adapter', True))} | "
-            f"{_on_off(r.get('capture', False))} | {_fmt(r['per_layer_us'])} | {_ratio(r)} | "
+            f"| {r['wheel']} | {r['variant']} | {r['m']} | {on_off(r.get('adapter', True))} | "
+            f"{on_off(r.get('capture', False))} | {_fmt(r['per_layer_us'])} | {_ratio(r)} | "
             f"{_fmt(r['marginal_us'])} | {_fmt(r['marginal_x_base'], 2)} | "
             f"{_interval(r.get('gpu_us'), r.get('gpu_ci_us'), 1)} | "
             f"{_interval(r.get('gpu_x_base'), r.get('gpu_x_base_ci'), 3)} | {r['bytes_per_layer'] / 1e6:.2f} | "
@@ -521,7 +531,7 @@ def _kernel_lines(
 
     def cell(row: dict[str, Any], column: str) -> str:
         if column in {"adapter", "capture"}:
-            return _on_off(row.get(column, column == "adapter"))
+            return on_off(row.get(column, column == "adapter"))
         return str(row[column])
 
     if timed:
@@ -725,7 +735,7 @@ def _fused_vs_raw_section(rows: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (r["wheel"], r["capture"], r["prompt"], r["adapter"])):
-        head = f"| {r['wheel']} | {r['prompt']} | {r['adapter']} | {_on_off(r['capture'])} |"
+        head = f"| {r['wheel']} | {r['prompt']} | {r['adapter']} | {on_off(r['capture'])} |"
         checks = f"{_check(r['fused_check'])} | {_check(r['raw_check'])} |"
         if "not_measured" in r:
             lines.append(f"{head} {r['not_measured']} | | | | | | {checks}")

@@ -72,6 +72,7 @@ def run(plan: dict[str, Any]) -> dict[str, Any]:
     return {
         "wheel": plan["wheel"],
         "round": plan["round"],
+        "captures": plan.get("captures"),
         "started": started,
         "finished": time.time(),
         "environment": {

@@ -298,10 +298,30 @@ def interleaved_order(wheel_count: int) -> list[tuple[int, int]]:
     return [(w, 1) for w in first] + [(w, 2) for w in reversed(first)]
 
 
-def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | None) -> dict[str, Any]:
+def worker_captures(options: BenchOptions) -> list[tuple[bool, ...]]:
+    """The graph capture modes of each worker process of a round: one process per mode where a level
+    captures. A captured session can slow every later session of its process, captured or not (an
+    H200's Vulkan driver: the base chain's kernels 3x slower after captured runs), so no uncaptured
+    case runs after a captured one in the same process."""
+    if "ops" in options.levels or "genai" in options.levels:
+        return [(capture,) for capture in options.capture_modes]
+    return [options.capture_modes]
+
+
+def _plan(
+    options: BenchOptions,
+    wheel_id: str,
+    round_: int,
+    model_dir: Path | None,
+    captures: tuple[bool, ...] | None = None,
+) -> dict[str, Any]:
+    """One worker's plan; ``captures`` narrows the capture modes (default: all), and the PagedAttention
+    level, which does not capture, runs in the worker of the first mode."""
+    captures = options.capture_modes if captures is None else captures
     plan: dict[str, Any] = {
         "wheel": wheel_id,
         "round": round_,
+        "captures": list(captures),
         "ep": options.ep,
         "warmups": options.warmups,
         "requests": options.requests,
@@ -314,9 +334,9 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
             "layers": options.layers,
             "variants": list(options.variants),
             "adapters": list(options.adapter_modes),
-            "captures": list(options.capture_modes),
+            "captures": list(captures),
         }
-    if "paged" in options.levels:
+    if "paged" in options.levels and captures[:1] == options.capture_modes[:1]:
         plan["paged"] = {
             "context": options.paged_context,
             "prefill": options.paged_prefill,
@@ -331,7 +351,7 @@ def _plan(options: BenchOptions, wheel_id: str, round_: int, model_dir: Path | N
             "model_dir": str(model_dir),
             "prompt_lengths": list(options.prompt_lengths),
             "generate": options.generate,
-            "capture_modes": list(options.capture_modes),
+            "capture_modes": list(captures),
             "graphs": list(options.genai_graphs),
             "adapters": list(options.genai_adapters),
             # The profiles themselves are kept for a trace viewer, one folder per wheel.
@@ -370,31 +390,44 @@ def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
     order = []
     work = options.out_dir / "raw"
     work.mkdir(exist_ok=True)
+    split = worker_captures(options)
     for wheel_index, round_ in interleaved_order(len(options.wheels)):
         wheel_id = ids[wheel_index]
-        plan_path = work / f"plan-{wheel_id}{round_}.json"
-        result_path = work / f"result-{wheel_id}{round_}.json"
-        plan_path.write_text(json.dumps(_plan(options, wheel_id, round_, model_dir), indent=1))
-        argv: list[str | os.PathLike[str]] = [
-            venvs[wheel_index].python,
-            "-m",
-            "wheel_bench.worker",
-            plan_path,
-            result_path,
-        ]
-        with log.step(f"round {round_}, wheel {wheel_id}: {venv.spec_label(options.wheels[wheel_index])}"):
-            try:
-                _run.run(argv, env=_worker_env(options, env, wheel_index))
-            except subprocess.CalledProcessError as exc:
-                if not (exc.returncode < 0 and finished_result(result_path)):
-                    msg = f"the bench worker for wheel {wheel_id} round {round_} failed (exit {exc.returncode})"
-                    raise SuiteError(msg, tip="its output is above; earlier results stay in " + str(work)) from None
-                # Every case was measured and written; the runtime crashed while the process exited.
-                died = f"died at exit ({exc.returncode})"
-                log.warn(f"the bench worker for wheel {wheel_id} round {round_} finished, then {died}")
-        result = json.loads(result_path.read_text())
-        runs.append(result)
-        order.append({"wheel": wheel_id, "round": round_, "started": result["started"], "finished": result["finished"]})
+        for captures in split:
+            mode = report.on_off(captures[0]) if len(split) > 1 else None
+            name = f"{wheel_id}{round_}" + (f"-capture-{mode}" if mode else "")
+            plan_path = work / f"plan-{name}.json"
+            result_path = work / f"result-{name}.json"
+            plan_path.write_text(json.dumps(_plan(options, wheel_id, round_, model_dir, captures), indent=1))
+            argv: list[str | os.PathLike[str]] = [
+                venvs[wheel_index].python,
+                "-m",
+                "wheel_bench.worker",
+                plan_path,
+                result_path,
+            ]
+            label = venv.spec_label(options.wheels[wheel_index])
+            step = f"round {round_}, wheel {wheel_id}" + (f", capture {mode}" if mode else "")
+            with log.step(f"{step}: {label}"):
+                try:
+                    _run.run(argv, env=_worker_env(options, env, wheel_index))
+                except subprocess.CalledProcessError as exc:
+                    if not (exc.returncode < 0 and finished_result(result_path)):
+                        msg = f"the bench worker for {step} failed (exit {exc.returncode})"
+                        raise SuiteError(msg, tip="its output is above; earlier results stay in " + str(work)) from None
+                    # Every case was measured and written; the runtime crashed while the process exited.
+                    log.warn(f"the bench worker for {step} finished, then died at exit ({exc.returncode})")
+            result = json.loads(result_path.read_text())
+            runs.append(result)
+            order.append(
+                {
+                    "wheel": wheel_id,
+                    "round": round_,
+                    "captures": list(captures),
+                    "started": result["started"],
+                    "finished": result["finished"],
+                }
+            )
     document = {
         "schema": 1,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
