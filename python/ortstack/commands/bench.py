@@ -161,7 +161,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     capture.add_argument(
         "--capture",
         type=_on_off,
-        help="WebGPU graph capture at both levels: on, off or off,on (default off,on; --quick: off)",
+        help=(
+            "WebGPU graph capture at the op and model levels: on, off or off,on (default off,on; --quick: off); "
+            "each mode runs in a worker process of its own"
+        ),
     )
     capture.add_argument("--no-capture", action="store_true", help="the same as --capture off")
     parser.add_argument("--genai-model", type=Path, help="a model made by wheel_bench.genai_model (skips the build)")
