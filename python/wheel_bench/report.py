@@ -393,8 +393,10 @@ def _environment_line(run: dict[str, Any]) -> str:
 def _software_lines(document: dict[str, Any]) -> list[str]:
     """What each wheel ran, with which WebGPU EP options, and which onnxruntime-genai (and why) the model
     level used."""
-    first_runs = {run["wheel"]: run for run in reversed(document["runs"])}  # a wheel's first worker
-    lines = [_environment_line(first_runs[wheel]) for wheel in dict.fromkeys(run["wheel"] for run in document["runs"])]
+    first_run: dict[str, dict[str, Any]] = {}  # a wheel's first worker, for each wheel in order
+    for run in document["runs"]:
+        first_run.setdefault(run["wheel"], run)
+    lines = [_environment_line(run) for run in first_run.values()]
     if given := document["options"].get("webgpu_options"):  # absent from results written before the option
         lines.append("- WebGPU EP options given to every session: " + ", ".join(f"`{n}={v}`" for n, v in given))
     if document.get("genai"):  # absent from results written before genai was chosen per run
