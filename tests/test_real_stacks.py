@@ -35,5 +35,14 @@ def test_every_patch_of_a_real_stack_matches_its_pin_and_parses(stack_file: Path
 
 
 def test_there_is_a_real_stack() -> None:
-    assert [path.relative_to(ROOT).as_posix() for path in STACKS] == ["stack.toml", "stacks/main-735e69a3/stack.toml"]
+    assert [path.relative_to(ROOT).as_posix() for path in STACKS] == [
+        "stack.toml",
+        "stacks/main-735e69a3/stack.toml",
+        "stacks/upstream-89b01b40/stack.toml",
+    ]
+    # The control stack is the default stack's pin and variants without its patches.
+    default, control = config.load(ROOT / "stack.toml"), config.load(STACKS[2])
+    assert control.ort.commit == default.ort.commit
+    assert control.variants == default.variants
+    assert not control.patches
     assert (ROOT / "stacks" / "pr-06f88ea6" / "stack.toml").is_file()
