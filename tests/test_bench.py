@@ -133,6 +133,9 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
         for case in run["cases"]:
             assert len(case["samples_ms"]) == options["requests"]
             assert all(s > 0 for s in case["samples_ms"])
+            # The calling thread's CPU time of a run: some, and never more than the run's wall time.
+            assert len(case["host_cpu_ms"]) == options["requests"]
+            assert all(0 < c <= s + 0.05 for c, s in zip(case["host_cpu_ms"], case["samples_ms"], strict=True))
             assert case["output_finite"]
 
     summary = document["summary"]
@@ -149,9 +152,10 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
     assert {(r["wheel"], r["variant"]) for r in summary["ops"]} == {
         (w, v) for w in ("A", "B") for v in options["variants"]
     }
+    assert all(0 < r["host_cpu_us"] <= r["per_layer_us"] + 50 for r in summary["ops"])
 
     markdown = (out / "bench.md").read_text()
-    assert "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) |" in markdown
+    assert "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) | host CPU µs |" in markdown
     assert "order of worker runs: A1 B1 B2 A2" in markdown
     assert "CPU-measured" not in markdown  # the CPU EP is not a software WebGPU adapter
     assert (out / "ops.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

@@ -40,6 +40,7 @@ def _samples(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, list[f
             metrics = out[(run["wheel"], case["key"])]
             if case["level"] in TIMED_LEVELS:
                 metrics["ms"] += case["samples_ms"]
+                metrics["host_cpu_ms"] += case.get("host_cpu_ms", [])  # absent from results written before it
             else:
                 metrics["ttft_ms"] += case["ttft_ms"]
                 metrics["decode_tok_s"] += case["decode_tok_s"]
@@ -126,8 +127,10 @@ def _ops_table(
             one = samples.get((wheel, by_layers[1]["key"]), {}).get("ms") if 1 in by_layers else None
             if one and longest > 1:
                 marginal = (ms_long - statistics.median(one)) / (longest - 1) * 1e3
-            medians[group] = (ms_long / longest * 1e3, marginal, long_samples)
-        for group, (per_layer, marginal, long_samples) in medians.items():
+            host_cpu = samples[(wheel, by_layers[longest]["key"])].get("host_cpu_ms")
+            host_cpu_us = statistics.median(host_cpu) / longest * 1e3 if host_cpu else None
+            medians[group] = (ms_long / longest * 1e3, marginal, long_samples, host_cpu_us)
+        for group, (per_layer, marginal, long_samples, host_cpu_us) in medians.items():
             variant, m, k, adapter, capture = group
             base = medians.get(("base", m, k, True, capture))
             case = chains[group][max(chains[group])]
@@ -145,6 +148,7 @@ def _ops_table(
                     "capture": capture,
                     "layers": case["layers"],
                     "per_layer_us": per_layer,
+                    "host_cpu_us": host_cpu_us,
                     "marginal_us": marginal,
                     "x_base": per_layer / base[0] if base else None,
                     "x_base_ci": [x_base.ci_low, x_base.ci_high] if x_base else None,
@@ -449,16 +453,18 @@ def markdown(document: dict[str, Any]) -> str:
             (
                 f"µs per layer = median run time / L; marginal = (t_L - t_1)/(L - 1); {floor_note}. x base: ratio of "
                 "medians to `base` of the same wheel, M and capture mode, with its 95 % bootstrap interval; "
-                "adapter off: zero-sized adapter weights. GPU µs: the chain's dispatches timed by the WebGPU EP's "
+                "adapter off: zero-sized adapter weights. Host CPU µs: the calling thread's CPU time per run / L "
+                "(what the host computes; the rest of a run is waiting). GPU µs: the chain's dispatches timed by the "
+                "WebGPU EP's "
                 "profiler (timestamp queries) in a profiled session of their own, per layer, median over its runs "
                 "with a 95 % bootstrap interval (with capture on: the replays' dispatches); none on the CPU EP."
             ),
             "",
             (
-                "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) | marginal µs | x base | "
-                "GPU µs (95 %) | GPU x base (95 %) | MB/layer | floor µs | fused |"
+                "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) | host CPU µs | "
+                "marginal µs | x base | GPU µs (95 %) | GPU x base (95 %) | MB/layer | floor µs | fused |"
             ),
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         ordered = sorted(
             summary["ops"],
@@ -467,7 +473,7 @@ def markdown(document: dict[str, Any]) -> str:
         lines += [
             f"| {r['wheel']} | {r['variant']} | {r['m']} | {on_off(r.get('adapter', True))} | "
             f"{on_off(r.get('capture', False))} | {_fmt(r['per_layer_us'])} | {_ratio(r)} | "
-            f"{_fmt(r['marginal_us'])} | {_fmt(r['marginal_x_base'], 2)} | "
+            f"{_fmt(r.get('host_cpu_us'))} | {_fmt(r['marginal_us'])} | {_fmt(r['marginal_x_base'], 2)} | "
             f"{_interval(r.get('gpu_us'), r.get('gpu_ci_us'), 1)} | "
             f"{_interval(r.get('gpu_x_base'), r.get('gpu_x_base_ci'), 3)} | {r['bytes_per_layer'] / 1e6:.2f} | "
             f"{_fmt(r['floor_us'], 2)} | {_fused(r)} |"
