@@ -2,7 +2,8 @@
 
 Real compilers and cmake: a library linked with ``-static-libstdc++`` (as GCC toolchains without a
 shared libstdc++ link every library) exports that runtime's unique symbols unless ortstack's linker
-flag hides them, and the wheel check refuses it.
+flag hides them, and the wheel check refuses it. The headers' constants that GCC exports as unique from
+the library's own code (Dawn's ``std::piecewise_construct`` and ``std::nullopt``) are read-only: they pass.
 """
 
 from __future__ import annotations
@@ -37,12 +38,20 @@ extern "C" int formatted_length(int value) {
   return static_cast<int>(out.str().size());
 }
 """
+# Header constants used by address: GCC emits each as a read-only STB_GNU_UNIQUE object of the library.
+HEADER_CONSTANTS = """\
+#include <optional>
+#include <utility>
+template <class T> const void* address_of(const T& value) { return &value; }
+extern "C" const void* piecewise_tag() { return address_of(std::piecewise_construct); }
+extern "C" const void* nullopt_tag() { return address_of(std::nullopt); }
+"""
 PLAN = WheelPlan(name="demo", package="demo", py_api="py3", dependencies=(), libraries=(), required=())
 
 
-def _library(tmp_path: Path, name: str, *flags: str) -> Path:
-    source = tmp_path / "format.cc"
-    source.write_text(SOURCE, encoding="utf-8")
+def _library(tmp_path: Path, name: str, *flags: str, code: str = SOURCE) -> Path:
+    source = tmp_path / f"{name}.cc"
+    source.write_text(code, encoding="utf-8")
     out = tmp_path / f"lib{name}.so"
     subprocess.run(["g++", "-O1", "-fPIC", "-shared", *flags, str(source), "-o", str(out)], check=True)
     return out
@@ -62,6 +71,15 @@ def test_a_library_that_exports_a_static_cxx_runtime_is_refused(tmp_path: Path) 
         wheel.check_contents(_wheel_with(tmp_path, library), PLAN)
     assert "demo/libexporting.so holds a static C++ runtime and exports" in str(refused.value)
     assert toolchain.HIDE_STATIC_CXX_RUNTIME in (refused.value.tip or "")
+
+
+def test_read_only_header_constants_pass(tmp_path: Path) -> None:
+    flags = ("-std=c++17", "-static-libstdc++", toolchain.HIDE_STATIC_CXX_RUNTIME)
+    library = _library(tmp_path, "tags", *flags, code=HEADER_CONSTANTS)
+    symbols = subprocess.run(["readelf", "--dyn-syms", "-W", library], check=True, capture_output=True, text=True)
+    unique = {line.split()[-1] for line in symbols.stdout.splitlines() if " UNIQUE " in line}
+    assert unique == {"_ZSt19piecewise_construct", "_ZSt7nullopt"}, "the case needs GCC's unique header constants"
+    wheel.check_contents(_wheel_with(tmp_path, library), PLAN)
 
 
 @pytest.mark.parametrize("flags", [("-static-libstdc++", toolchain.HIDE_STATIC_CXX_RUNTIME), ()])

@@ -135,11 +135,18 @@ def check_contents(wheel: Path, plan: WheelPlan) -> None:
 # abbreviations Ss/Sb/Sa/Si/So/Sd), also as guard variables (_ZGV) of their function-local statics.
 CXX_RUNTIME_SYMBOL = re.compile(r"_Z(?:GV)?(?:NK?)?S[tsbaiod]")
 GNU_UNIQUE = 10  # STB_GNU_UNIQUE, which pyelftools names STB_LOOS
+SHF_WRITE = 0x1
 
 
 def check_no_exported_cxx_runtime(elf: bytes, where: str) -> None:
     """Refuse an ELF library that holds a static C++ runtime and exports it (see
-    ``toolchain.HIDE_STATIC_CXX_RUNTIME``): it crashes the processes that load it beside libstdc++."""
+    ``toolchain.HIDE_STATIC_CXX_RUNTIME``): it crashes the processes that load it beside libstdc++.
+
+    Only unique objects in writable sections count: the runtime's state (locale ids, guard variables).
+    GCC also exports, as unique, the headers' constants that a library's own code uses by address
+    (``std::piecewise_construct``, ``std::nullopt``), with a shared runtime as much as with a static one;
+    they are read-only, so one copy for the whole process changes nothing.
+    """
     if not elf.startswith(b"\x7fELF"):
         return
     from elftools.elf.dynamic import DynamicSection  # noqa: PLC0415 - auditwheel's dependency, Linux only
@@ -153,11 +160,13 @@ def check_no_exported_cxx_runtime(elf: bytes, where: str) -> None:
     unique = [
         symbol.name
         for symbol in _defined_symbols(file)
-        if symbol.entry.st_info.bind in ("STB_LOOS", GNU_UNIQUE) and CXX_RUNTIME_SYMBOL.match(symbol.name)
+        if symbol.entry.st_info.bind in ("STB_LOOS", GNU_UNIQUE)
+        and CXX_RUNTIME_SYMBOL.match(symbol.name)
+        and _is_writable(file, symbol)
     ]
     if unique:
         msg = (
-            f"{where} holds a static C++ runtime and exports {len(unique)} of its unique symbols "
+            f"{where} holds a static C++ runtime and exports {len(unique)} of its writable unique symbols "
             f"(e.g. {unique[0]}); they bind process-wide, so a module loaded beside it that uses the system's "
             "libstdc++ can crash"
         )
@@ -166,6 +175,11 @@ def check_no_exported_cxx_runtime(elf: bytes, where: str) -> None:
             "a build dir configured by an older ortstack keeps its flags: delete it and build again"
         )
         raise BuildError(msg, tip=tip)
+
+
+def _is_writable(file: ELFFile, symbol: Symbol) -> bool:
+    index = symbol.entry.st_shndx
+    return isinstance(index, int) and bool(file.get_section(index)["sh_flags"] & SHF_WRITE)
 
 
 def _defined_symbols(file: ELFFile) -> list[Symbol]:
