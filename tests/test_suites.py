@@ -54,11 +54,25 @@ def test_baselines_follow_the_eps_asked_for(asked: list[str], requirements: list
     assert [s.requirements for s in suites.plan([], asked)] == requirements
 
 
-def test_each_core_wheel_gets_its_own_venv_and_the_plugin_joins_each(tmp_path: Path) -> None:
+def test_each_core_wheel_gets_its_own_venv_and_the_plugin_joins_the_onnxruntime_one(tmp_path: Path) -> None:
     core, cpu, plugin = _wheels(tmp_path, CORE, CPU, PLUGIN)
     sets = suites.plan([core, cpu, plugin], ["all"])
-    assert [s.requirements for s in sets] == [(str(core), str(plugin)), (str(cpu), str(plugin))]
-    assert all(s.eps == ("cpu", "webgpu", "plugin") and not s.baseline for s in sets)
+    assert [s.requirements for s in sets] == [(str(core),), (str(cpu), str(plugin))]
+    assert [s.eps for s in sets] == [("cpu", "webgpu"), ("cpu", "webgpu", "plugin")]
+    assert not any(s.baseline for s in sets)
+
+
+def test_a_plugin_beside_a_webgpu_core_only_goes_on_the_stock_core(tmp_path: Path) -> None:
+    """pip would put the stock onnxruntime the plugin requires over onnxruntime-webgpu's package folder."""
+    core, plugin = _wheels(tmp_path, CORE, PLUGIN)
+    sets = suites.plan([core, plugin], ["plugin"])
+    assert [(s.requirements, s.eps) for s in sets] == [((suites.CPU_BASELINE, str(plugin)), ("plugin",))]
+    sets = suites.plan([core, plugin], ["all"])
+    assert [(s.requirements, s.eps) for s in sets] == [
+        ((str(core),), ("cpu", "webgpu")),
+        ((suites.CPU_BASELINE, str(plugin)), ("cpu", "plugin")),
+    ]
+    assert [s.eps for s in suites.plan([core, plugin], [])] == [("cpu", "webgpu"), ("cpu", "plugin")]
 
 
 def test_without_ep_built_wheels_are_tested_on_every_ep_they_provide(tmp_path: Path) -> None:

@@ -43,6 +43,18 @@ def test_plugin_defines_and_wheel() -> None:
     assert plan.libraries == plan.required == ("libonnxruntime_providers_webgpu.so",)
 
 
+def test_core_defines_and_wheel() -> None:
+    core = Variant(name="core", kind="core")
+    defines = ort_tree.plan(PACKAGES / "mini_ort", core, "linux").defines
+    assert defines["onnxruntime_USE_WEBGPU"] == "OFF"
+    assert defines["onnxruntime_ENABLE_PYTHON"] == defines["onnxruntime_BUILD_SHARED_LIB"] == "ON"
+    assert not any("DAWN" in name or "EP_API_ADAPTERS" in name for name in defines)
+    plan = variants.KINDS["core"].wheel(core, "linux")
+    assert (plan.name, plan.package, plan.py_api) == ("onnxruntime", "onnxruntime", "")
+    assert plan.required == ("_pybind_state.py", "build_and_package_info.py")
+    assert variants.KINDS["plugin"].wheel(PLUGIN, "linux").dependencies[0].startswith(plan.name + ">=")
+
+
 def test_builtin_webgpu_may_share_dawn() -> None:
     shared = Variant(name="webgpu", kind="webgpu", dawn="shared")
     defines = ort_tree.plan(PACKAGES / "mini_ort", shared, "linux").defines
@@ -132,6 +144,8 @@ def test_the_miniature_pin_refuses_external_with_shared_dawn() -> None:
         (Variant(name="p", kind="plugin"), "needs min_onnxruntime"),
         (Variant(name="p", kind="plugin", min_onnxruntime="one"), "is not a version"),
         (Variant(name="w", kind="webgpu", min_onnxruntime="1.24"), "min_onnxruntime is for plugin variants"),
+        (Variant(name="c", kind="core", min_onnxruntime="1.24"), "min_onnxruntime is for plugin variants"),
+        (Variant(name="c", kind="core", dawn="shared"), "no WebGPU EP, so no Dawn"),
     ],
 )
 def test_kind_rules(variant: Variant, message: str) -> None:

@@ -119,8 +119,9 @@ class Variant:
 
     name: str
     """The table's name, e.g. ``webgpu`` or ``plugin``."""
-    kind: Literal["webgpu", "plugin"] = "webgpu"
-    """``webgpu``: ORT with the built-in WebGPU EP; ``plugin``: the WebGPU plugin EP library."""
+    kind: Literal["webgpu", "plugin", "core"] = "webgpu"
+    """``webgpu``: ORT with the built-in WebGPU EP; ``plugin``: the WebGPU plugin EP library; ``core``: ORT
+    without the WebGPU EP, the core a plugin EP wheel loads into."""
     wheel_name: str = ""
     """Distribution name of the wheel, e.g. ``onnxruntime-webgpu``."""
     dawn: Literal["static", "shared", "external"] = "static"

@@ -93,13 +93,19 @@ def _shared_library(stem: str, platform: str) -> str:
     return {"windows": f"{stem}.dll", "macos": f"lib{stem}.dylib"}.get(platform, f"lib{stem}.so")
 
 
-def _common_defines(variant: Variant, platform: str) -> dict[str, str]:
-    shared_dawn, external_dawn = DAWN_DEFINES[variant.dawn]
+def _base_defines(variant: Variant, platform: str) -> dict[str, str]:
     return {
-        "onnxruntime_USE_WEBGPU": ON,
         "onnxruntime_BUILD_UNIT_TESTS": OFF,
         # Telemetry is a Windows feature here: elsewhere it would pull the 1DS SDK and a private curl.
         "onnxruntime_USE_TELEMETRY": ON if variant.telemetry and platform == "windows" else OFF,
+    }
+
+
+def _common_defines(variant: Variant, platform: str) -> dict[str, str]:
+    shared_dawn, external_dawn = DAWN_DEFINES[variant.dawn]
+    return {
+        **_base_defines(variant, platform),
+        "onnxruntime_USE_WEBGPU": ON,
         "onnxruntime_BUILD_DAWN_SHARED_LIBRARY": shared_dawn,
         "onnxruntime_USE_EXTERNAL_DAWN": external_dawn,
         # build.py's only choice and default (tools/ci_build/build_args.py at
@@ -116,6 +122,45 @@ def _dxc_libraries(platform: str) -> tuple[str, ...]:
     return ("dxil.dll", "dxcompiler.dll") if platform == "windows" else ()
 
 
+# The whole package onnxruntime's build assembles is taken; _pybind_state.py is its binding's loader,
+# present in every onnxruntime Python package.
+CORE_PACKAGE_FILES = ("_pybind_state.py", "build_and_package_info.py")
+CORE_DEPENDENCIES = ("numpy>=1.21.6", "packaging", "protobuf", "flatbuffers", "coloredlogs", "sympy")
+
+
+class Core:
+    """onnxruntime without the WebGPU EP (the ``onnxruntime`` shape): the core a plugin EP loads into.
+
+    The stack's patches to the core (operator schemas, graph fusions, the session) reach a plugin EP only
+    through a core built from the same tree; a core with the WebGPU EP built in would be a second WebGPU
+    runtime in the process, and pip would put the stock ``onnxruntime`` the plugin requires over it.
+    """
+
+    def cmake_defines(self, variant: Variant, platform: str) -> dict[str, str]:
+        return {
+            **_base_defines(variant, platform),
+            "onnxruntime_USE_WEBGPU": OFF,
+            "onnxruntime_ENABLE_PYTHON": ON,
+            "onnxruntime_BUILD_SHARED_LIB": ON,
+        }
+
+    def wheel(self, variant: Variant, platform: str) -> WheelPlan:  # noqa: ARG002 - no platform's files differ
+        return WheelPlan(
+            name=variant.wheel_name or "onnxruntime",
+            package="onnxruntime",
+            py_api="",
+            dependencies=CORE_DEPENDENCIES,
+            libraries=(),
+            required=CORE_PACKAGE_FILES,
+        )
+
+    def check(self, variant: Variant) -> None:
+        if variant.dawn != "static":
+            _fail(variant, f"dawn = {variant.dawn!r}: a core variant has no WebGPU EP, so no Dawn to link")
+        if variant.min_onnxruntime:
+            _fail(variant, "min_onnxruntime is for plugin variants; a core wheel is onnxruntime itself")
+
+
 class BuiltinWebGpu:
     """onnxruntime with the WebGPU EP compiled in (the ``onnxruntime-webgpu`` shape)."""
 
@@ -128,16 +173,14 @@ class BuiltinWebGpu:
         }
 
     def wheel(self, variant: Variant, platform: str) -> WheelPlan:
-        # The whole package onnxruntime's build assembles is taken; _pybind_state.py is its binding's
-        # loader, present in every onnxruntime Python package.
-        required = ["_pybind_state.py", "build_and_package_info.py"]
+        required = list(CORE_PACKAGE_FILES)
         if variant.dawn == "shared":
             required.append(_shared_library("webgpu_dawn", platform))
         return WheelPlan(
             name=variant.wheel_name or "onnxruntime-webgpu",
             package="onnxruntime",
             py_api="",
-            dependencies=("numpy>=1.21.6", "packaging", "protobuf", "flatbuffers", "coloredlogs", "sympy"),
+            dependencies=CORE_DEPENDENCIES,
             libraries=(),
             required=(*required, *_dxc_libraries(platform)),
         )
@@ -183,7 +226,7 @@ class PluginEp:
             _fail(variant, f"min_onnxruntime {variant.min_onnxruntime!r} is not a version")
 
 
-KINDS: dict[str, VariantKind] = {"webgpu": BuiltinWebGpu(), "plugin": PluginEp()}
+KINDS: dict[str, VariantKind] = {"webgpu": BuiltinWebGpu(), "plugin": PluginEp(), "core": Core()}
 
 
 def _fail(variant: Variant, message: str, tip: str | None = None) -> None:

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 EpKind = Literal["cpu", "webgpu", "plugin"]
 EP_CHOICES: tuple[str, ...] = ("cpu", "webgpu", "plugin", "all")
 PLUGIN_DIST = "onnxruntime-ep-webgpu"
+PLUGIN_CORE_DIST = "onnxruntime"
+"""The distribution a plugin EP wheel requires: the only core it is installed beside."""
 WEBGPU_DIST = "onnxruntime-webgpu"
 WEBGPU_LANES: frozenset[EpKind] = frozenset({"webgpu", "plugin"})
 # The stock wheels measured as baselines (see the wheel suites' README section on baselines).
@@ -147,7 +149,8 @@ def newest_wheels(dist_dir: Path) -> list[Path]:
 
 
 def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
-    """The venvs to test: one per core wheel (plugin wheels join each), or the stock baselines.
+    """The venvs to test: one per core wheel (plugin wheels join each ``onnxruntime`` core, or else the
+    stock CPU core), or the stock baselines.
 
     Without ``requested`` EPs, built wheels are tested on every EP they provide and the baselines on all.
     """
@@ -173,23 +176,39 @@ def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
         return sets
     plugins = [w for w in wheels if _dist_name(w) == PLUGIN_DIST]
     cores = [w for w in wheels if _dist_name(w) != PLUGIN_DIST]
-    if not cores:
-        # A plugin EP wheel needs an onnxruntime core beside it: the stock CPU one.
-        return [
+    # pip meets a plugin wheel's requirement only with a core named onnxruntime: beside any other core
+    # (onnxruntime-webgpu) it installs the stock onnxruntime into the same package folder, and that core's
+    # built-in WebGPU EP would be a second WebGPU runtime in the process. Plugins join the onnxruntime
+    # cores, or else the stock one.
+    hosts = [core for core in cores if _dist_name(core) == PLUGIN_CORE_DIST]
+    sets = [
+        WheelSet(
+            label=core.name,
+            requirements=(str(core),),
+            eps=tuple(ep for ep in eps if ep != "plugin") if requested else _offered_eps(core, []),
+        )
+        for core in cores
+        if core not in hosts and (not requested or set(eps) - {"plugin"})
+    ]
+    if plugins and not hosts:
+        # The built-in WebGPU lane belongs to the run's own cores where it has any.
+        asked = tuple(ep for ep in eps if not (cores and ep == "webgpu"))
+        sets.append(
             WheelSet(
-                label=" + ".join(w.name for w in plugins),
+                label=" + ".join([CPU_BASELINE, *(w.name for w in plugins)]),
                 requirements=(CPU_BASELINE, *map(str, plugins)),
-                eps=eps if requested else _offered_eps(None, plugins),
+                eps=asked if requested else _offered_eps(None, plugins),
             )
-        ]
-    return [
+        )
+    sets += [
         WheelSet(
             label=" + ".join(w.name for w in (core, *plugins)),
             requirements=(str(core), *map(str, plugins)),
             eps=eps if requested else _offered_eps(core, plugins),
         )
-        for core in cores
+        for core in hosts
     ]
+    return sets
 
 
 def with_genai(sets: Sequence[WheelSet]) -> list[WheelSet]:
