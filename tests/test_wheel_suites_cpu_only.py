@@ -5,16 +5,15 @@ never passed for a feature the wheel lacks, in the summary or the JUnit XML."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import onnxruntime
-
-if TYPE_CHECKING:
-    from pathlib import Path
+import pytest
 
 
 def test_cpu_wheel_runs_cpu_rows_and_reports_webgpu_not_run(tmp_path: Path) -> None:
@@ -64,3 +63,23 @@ def test_cpu_wheel_runs_cpu_rows_and_reports_webgpu_not_run(tmp_path: Path) -> N
     for case in ("prefill", "prefill-after-cache", "decode"):
         assert skip_message(f"test_qk_norm[cpu-{case}]").startswith("absent: "), "Q/K norm on a wheel without it"
     assert skip_message("test_qk_norm[webgpu-decode]").startswith("not run: webgpu: ")
+
+
+def test_two_distributions_in_one_package_folder_end_the_run(tmp_path: Path) -> None:
+    """A second distribution recorded as owning the onnxruntime package imported here (as pip leaves the
+    stock onnxruntime over onnxruntime-webgpu when a plugin wheel requires it): the suites refuse to run."""
+    site = tmp_path / "site"
+    info = site / "onnxruntime_webgpu-9.9.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: onnxruntime-webgpu\nVersion: 9.9\n", encoding="utf-8")
+    (info / "RECORD").write_text("onnxruntime/__init__.py,,\n", encoding="utf-8")
+    (site / "onnxruntime").symlink_to(Path(onnxruntime.__file__).parent, target_is_directory=True)
+    argv = [sys.executable, "-m", "pytest", "-p", "wheel_tests.plugin", "--pyargs", "wheel_tests", "--ep", "cpu"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [*argv, "-p", "no:cacheprovider"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout[-4000:]
+    assert f"onnxruntime {onnxruntime.__version__} and onnxruntime-webgpu 9.9 are installed into the same" in (
+        result.stdout + result.stderr
+    )

@@ -11,6 +11,7 @@ import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import onnxruntime as ort
@@ -82,6 +83,22 @@ def _version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def distributions_of_the_package() -> list[str]:
+    """Every installed distribution whose files hold the ``onnxruntime`` package imported here, e.g.
+    ``["onnxruntime 1.32.0", "onnxruntime-webgpu 1.30.0"]``: more than one means their files overwrote
+    each other (pip puts the stock onnxruntime a plugin EP wheel requires beside a core of another name)."""
+    imported = Path(ort.__file__).resolve()
+    found = []
+    for dist in importlib.metadata.distributions():
+        files = dist.files or []
+        if any(
+            f.parts == ("onnxruntime", "__init__.py") and Path(str(dist.locate_file(f))).resolve() == imported
+            for f in files
+        ):
+            found.append(f"{dist.metadata['Name']} {dist.version}")
+    return sorted(found)
 
 
 def wheel_set() -> str:

@@ -58,6 +58,15 @@ def requested_eps(config: pytest.Config) -> tuple[eps.EpKind, ...]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    owners = capabilities.distributions_of_the_package()
+    if len(owners) > 1:
+        # Each lane would run a mix of two builds' files and report it as one wheel set.
+        reason = (
+            f"{' and '.join(owners)} are installed into the same onnxruntime package folder, so their files "
+            "overwrote each other: test one core per environment (a plugin EP wheel goes beside a core named "
+            "onnxruntime, not onnxruntime-webgpu)"
+        )
+        pytest.exit(reason, returncode=pytest.ExitCode.USAGE_ERROR)
     config.stash[BASELINES_KEY] = []
     config.stash[FEATURES_KEY] = []
     config.addinivalue_line("markers", "genai: end-to-end onnxruntime-genai tests (own environment)")
