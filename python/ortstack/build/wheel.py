@@ -136,6 +136,7 @@ def check_contents(wheel: Path, plan: WheelPlan) -> None:
 CXX_RUNTIME_SYMBOL = re.compile(r"_Z(?:GV)?(?:NK?)?S[tsbaiod]")
 GNU_UNIQUE = 10  # STB_GNU_UNIQUE, which pyelftools names STB_LOOS
 SHF_WRITE = 0x1
+SYMBOLS_NAMED = 8
 
 
 def check_no_exported_cxx_runtime(elf: bytes, where: str) -> None:
@@ -167,8 +168,8 @@ def check_no_exported_cxx_runtime(elf: bytes, where: str) -> None:
     if unique:
         msg = (
             f"{where} holds a static C++ runtime and exports {len(unique)} of its writable unique symbols "
-            f"(e.g. {unique[0]}); they bind process-wide, so a module loaded beside it that uses the system's "
-            "libstdc++ can crash"
+            f"({', '.join(unique[:SYMBOLS_NAMED])}{', ...' if len(unique) > SYMBOLS_NAMED else ''}); they bind "
+            "process-wide, so a module loaded beside it that uses the system's libstdc++ can crash"
         )
         tip = (
             f"ortstack links with {toolchain.HIDE_STATIC_CXX_RUNTIME} on Linux from a build dir's first configure on; "

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="a wheel under test (repeatable; default: the newest of each name in dist/, else the stock "
-        "baselines); an onnxruntime-ep-webgpu wheel joins each core wheel",
+        "baselines); an onnxruntime-ep-webgpu wheel joins each onnxruntime core wheel (the core variant), or "
+        "else the stock onnxruntime: never onnxruntime-webgpu, which pip would overwrite with onnxruntime",
     )
     parser.add_argument(
         "--ep",
