@@ -62,10 +62,14 @@ def test_each_core_wheel_gets_its_own_venv_and_the_plugin_joins_the_onnxruntime_
     assert not any(s.baseline for s in sets)
 
 
-def test_a_plugin_beside_a_webgpu_core_only_goes_on_the_stock_core(tmp_path: Path) -> None:
+def test_a_plugin_beside_a_webgpu_core_only_goes_on_the_stock_core(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """pip would put the stock onnxruntime the plugin requires over onnxruntime-webgpu's package folder."""
     core, plugin = _wheels(tmp_path, CORE, PLUGIN)
     sets = suites.plan([core, plugin], ["plugin"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"the plugin EP wheel goes beside the stock {suites.CPU_BASELINE}, not beside onnxruntime-webgpu" in said
     assert [(s.requirements, s.eps) for s in sets] == [((suites.CPU_BASELINE, str(plugin)), ("plugin",))]
     sets = suites.plan([core, plugin], ["all"])
     assert [(s.requirements, s.eps) for s in sets] == [

@@ -191,6 +191,13 @@ def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
         if core not in hosts and (not requested or set(eps) - {"plugin"})
     ]
     if plugins and not hosts:
+        if cores:
+            names = ", ".join(_dist_name(core) for core in cores)
+            log.warn(
+                f"the plugin EP wheel goes beside the stock {CPU_BASELINE}, not beside {names}: pip would install "
+                "onnxruntime over it, and its built-in WebGPU EP would be a second WebGPU runtime in the process "
+                "(to test the plugin with the stack's own core patches, build and pass the core variant's wheel)"
+            )
         # The built-in WebGPU lane belongs to the run's own cores where it has any.
         asked = tuple(ep for ep in eps if not (cores and ep == "webgpu"))
         sets.append(
