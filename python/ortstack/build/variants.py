@@ -122,10 +122,18 @@ def _dxc_libraries(platform: str) -> tuple[str, ...]:
     return ("dxil.dll", "dxcompiler.dll") if platform == "windows" else ()
 
 
-# The whole package onnxruntime's build assembles is taken; _pybind_state.py is its binding's loader,
-# present in every onnxruntime Python package.
-CORE_PACKAGE_FILES = ("_pybind_state.py", "build_and_package_info.py")
-CORE_DEPENDENCIES = ("numpy>=1.21.6", "packaging", "protobuf", "flatbuffers", "coloredlogs", "sympy")
+def _onnxruntime_package(name: str, *, extra_files: tuple[str, ...] = ()) -> WheelPlan:
+    """The onnxruntime Python package its build assembles, whole, as the wheel ``name``.
+
+    _pybind_state.py is its binding's loader, present in every onnxruntime Python package."""
+    return WheelPlan(
+        name=name,
+        package="onnxruntime",
+        py_api="",
+        dependencies=("numpy>=1.21.6", "packaging", "protobuf", "flatbuffers", "coloredlogs", "sympy"),
+        libraries=(),
+        required=("_pybind_state.py", "build_and_package_info.py", *extra_files),
+    )
 
 
 class Core:
@@ -145,14 +153,7 @@ class Core:
         }
 
     def wheel(self, variant: Variant, platform: str) -> WheelPlan:  # noqa: ARG002 - no platform's files differ
-        return WheelPlan(
-            name=variant.wheel_name or "onnxruntime",
-            package="onnxruntime",
-            py_api="",
-            dependencies=CORE_DEPENDENCIES,
-            libraries=(),
-            required=CORE_PACKAGE_FILES,
-        )
+        return _onnxruntime_package(variant.wheel_name or "onnxruntime")
 
     def check(self, variant: Variant) -> None:
         if variant.dawn != "static":
@@ -173,16 +174,9 @@ class BuiltinWebGpu:
         }
 
     def wheel(self, variant: Variant, platform: str) -> WheelPlan:
-        required = list(CORE_PACKAGE_FILES)
-        if variant.dawn == "shared":
-            required.append(_shared_library("webgpu_dawn", platform))
-        return WheelPlan(
-            name=variant.wheel_name or "onnxruntime-webgpu",
-            package="onnxruntime",
-            py_api="",
-            dependencies=CORE_DEPENDENCIES,
-            libraries=(),
-            required=(*required, *_dxc_libraries(platform)),
+        dawn = (_shared_library("webgpu_dawn", platform),) if variant.dawn == "shared" else ()
+        return _onnxruntime_package(
+            variant.wheel_name or "onnxruntime-webgpu", extra_files=(*dawn, *_dxc_libraries(platform))
         )
 
     def check(self, variant: Variant) -> None:
