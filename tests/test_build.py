@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import venv
 import zipfile
 from dataclasses import dataclass
@@ -269,7 +271,38 @@ def test_uncommitted_edits_in_the_prepared_tree_are_built_and_named(built: Proje
     finally:
         source.write_text(original)
     assert "uncommitted" not in assert_ok(built.ortstack("build", "--variant", "plugin"))
+    # Its content is HEAD's again, not what the last build compiled: compiled again, not taken as unchanged.
+    assert "paged_attention.cc.o" in (built.work / "logs" / "build-plugin.log").read_text()
     assert set(before) <= set(built.wheels())
+
+
+def test_a_file_rewritten_as_it_was_compiles_nothing_and_a_changed_one_compiles(built: Project) -> None:
+    """Re-preparing the tree rewrites every patched file: with the content the last build saw, it gets that
+    build's mtime back, so nothing that includes it compiles again; a changed byte compiles each includer."""
+    tree = built.work / "prepared" / "webgpu"
+    header = tree / "include/onnxruntime/core/session/onnxruntime_c_api.h"
+    source = tree / "onnxruntime/contrib_ops/webgpu/bert/paged_attention.cc"  # does not include the header
+    header_text, source_text = header.read_bytes(), source.read_bytes()
+    build_log = built.work / "logs" / "build-webgpu.log"
+    includers = ["dawn_info", "matmul_nbits", "ort_apis"]
+
+    def compiled() -> list[str]:
+        before = build_log.stat().st_mtime_ns
+        assert_ok(built.ortstack("build", "--variant", "webgpu"))
+        assert build_log.stat().st_mtime_ns != before, "the build ran its compiles"
+        return sorted(set(re.findall(r"/(\w+)\.cc\.o\b", build_log.read_text())))
+
+    try:
+        source.write_bytes(source_text + b"// edited\n")  # something to build
+        header.write_bytes(header_text)
+        os.utime(header, ns=(time.time_ns(), time.time_ns()))
+        assert compiled() == ["paged_attention"]
+        header.write_bytes(header_text + b"// changed\n")
+        assert compiled() == includers
+    finally:
+        header.write_bytes(header_text)
+        source.write_bytes(source_text)
+    assert compiled() == sorted([*includers, "paged_attention"]), "both back as they were: compiled again"
 
 
 def test_missing_tools_are_reported_before_anything_starts(

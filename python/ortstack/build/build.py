@@ -143,35 +143,62 @@ def provided_features(stack: Stack, platform: str) -> list[str]:
     return sorted(found)
 
 
-def _tree_blobs(tree: Path, env: Mapping[str, str]) -> dict[str, str]:
-    listing = _run.run(["git", "ls-tree", "-r", "-z", "HEAD"], cwd=tree, env=env, capture=True, quiet=True).stdout
+_LINK_OR_SUBMODULE = ("120000", "160000")
+
+
+def _tree_blobs(tree: Path, env: Mapping[str, str], treeish: str) -> dict[str, tuple[str, bool]]:
+    """Each file of ``treeish`` in ``tree``: its blob id, and whether it is a plain file."""
+    listing = _run.run(["git", "ls-tree", "-r", "-z", treeish], cwd=tree, env=env, capture=True, quiet=True).stdout
     blobs = {}
     for entry in filter(None, listing.split("\0")):
         meta, _, path = entry.partition("\t")
-        blobs[path] = meta.split()[2]
+        mode, _, blob = meta.split()
+        blobs[path] = (blob, mode not in _LINK_OR_SUBMODULE)
     return blobs
 
 
-def touch_changed_files(tree: Path, build_dir: Path, env: Mapping[str, str]) -> int:
-    """Give files whose content changed since the last build a fresh mtime; returns how many.
+def _read_tree_record(record: Path) -> dict[str, tuple[str, int | None]]:
+    """The last build's files: blob id and the mtime (ns) its compile saw (none in an older record)."""
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if data.get("format") == TREE_RECORD_FORMAT:
+        return {path: (blob, mtime) for path, (blob, mtime) in data["files"].items()}
+    return {path: (blob, None) for path, blob in data.items()}  # ortstack before the mtimes were kept
 
-    The prepared tree is rebuilt by copying with the source's mtimes, so a file whose patch was
-    dropped comes back with an mtime older than its object file, and ninja would keep the stale
-    object. Comparing git blob ids with the last build's finds every changed file.
+
+TREE_RECORD_FORMAT = 2
+
+
+def sync_mtimes(tree: Path, build_dir: Path, env: Mapping[str, str], treeish: str = "HEAD") -> int:
+    """Make each file's mtime tell ninja whether its content changed since the last build; returns how
+    many did. ``treeish`` names the files as they are (HEAD, or a tree of the uncommitted edits).
+
+    A file whose content changed gets a fresh mtime: the prepared tree is rebuilt by copying with the
+    source's mtimes, so a file whose patch was dropped would come back older than its object file. A file
+    whose content is the same gets back the mtime the last build saw: re-preparing rewrites every patched
+    file, and one changed patch would otherwise recompile all that include any patched header.
     """
     record = build_dir / "ortstack-tree.json"
-    current = _tree_blobs(tree, env)
-    try:
-        previous: dict[str, str] = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        previous = {}
-    changed = [path for path, blob in current.items() if previous and previous.get(path) != blob]
-    now = time.time()
-    for path in changed:
+    current = _tree_blobs(tree, env, treeish)
+    previous = _read_tree_record(record)
+    now = time.time_ns()
+    changed = 0
+    files: dict[str, tuple[str, int | None]] = {}
+    for path, (blob, plain) in current.items():
+        seen_blob, seen_mtime = previous.get(path, ("", None))
+        target = tree / path
         with contextlib.suppress(FileNotFoundError):
-            os.utime(tree / path, (now, now))
-    wheel.write_if_changed(record, json.dumps(current, sort_keys=True).encode())
-    return len(changed)
+            if previous and seen_blob != blob:
+                os.utime(target, ns=(now, now))
+                changed += 1
+            elif plain and seen_mtime is not None and target.stat().st_mtime_ns != seen_mtime:
+                os.utime(target, ns=(seen_mtime, seen_mtime))
+            files[path] = (blob, target.stat().st_mtime_ns if plain else None)
+    data = {"format": TREE_RECORD_FORMAT, "files": files}
+    wheel.write_if_changed(record, json.dumps(data, sort_keys=True).encode())
+    return changed
 
 
 # cpp_ext/CMakeLists.txt: onnxruntime's own build dir, and ExternalProject's stamps for it.
@@ -450,7 +477,7 @@ def _build(
         "ORTSTACK_JOBS": str(jobs),
         "ORTSTACK_WARNINGS_AS_ERRORS": "ON" if stack.build.warnings_as_errors else "OFF",
     }
-    touch_changed_files(tree, build_dir, settings.env)
+    sync_mtimes(tree, build_dir, settings.env, edited or "HEAD")
     _forget_other_compilers(build_dir, tools)
     _forget_other_python(build_dir, sys.executable)
     log.info(f"{plan.name} {version}: {jobs} jobs, compiler cache: {tools.cache or 'none'}, build dir {build_dir}")
