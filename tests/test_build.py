@@ -229,6 +229,44 @@ def test_status_lists_each_variant_with_its_wheel(built: Project, upstream: Upst
     assert "not built" not in table
 
 
+TWO_OF_ONE_NAME = """
+[variant.webgpu]
+kind = "webgpu"
+dawn = "static"
+
+[variant.webgpu-dawn-shared]
+kind = "webgpu"
+dawn = "shared"
+
+[build]
+compiler_cache = "none"
+jobs = 2
+"""
+
+
+def test_two_variants_of_one_distribution_keep_a_wheel_each(
+    tmp_path: Path, upstream: Upstream, cli_env: dict[str, str]
+) -> None:
+    """Dawn static and shared are both onnxruntime-webgpu (as in the default stack): building one must not
+    delete the other's wheel, status names each variant's own, and the suites' default takes both."""
+    from ortstack.build.buildinfo import variant_of  # noqa: PLC0415
+    from ortstack.suites import suites  # noqa: PLC0415
+
+    project = make_project(tmp_path / "project", upstream, cli_env, extra=TWO_OF_ONE_NAME)
+    assert_ok(project.ortstack("fetch", "--deps"))
+    assert_ok(project.ortstack("patch"))
+    assert_ok(project.ortstack("build", "--variant", "webgpu"))
+    assert_ok(project.ortstack("build", "--variant", "webgpu-dawn-shared"))
+    wheels = sorted(project.dist.glob("*.whl"))
+    assert sorted(str(variant_of(w)) for w in wheels) == ["webgpu", "webgpu-dawn-shared"], [w.name for w in wheels]
+    assert all(w.name.startswith("onnxruntime_webgpu-") for w in wheels)
+    table = assert_ok_stdout(project.ortstack("status"))
+    rows = " ".join(table[table.index("variants and wheels") :].split())
+    for wheel in wheels:
+        assert " │ ".join([str(variant_of(wheel)), "webgpu", "onnxruntime-webgpu", wheel.name]) in rows, rows
+    assert suites.newest_wheels(project.dist) == wheels
+
+
 def test_a_failed_compile_leaves_dist_untouched(built: Project) -> None:
     before = built.wheels()
     tree = built.work / "prepared" / "plugin"

@@ -590,7 +590,7 @@ def _compile(
         repaired = wheel.repair(built[0], repaired_dir, env)
         if distributed is not None:
             distributed.finish()  # before dist/ changes: compiles that fell back fail the build here
-        return wheel.replace_in_dist([repaired], settings.dist_dir, plan.name)
+        return wheel.replace_in_dist([repaired], settings.dist_dir, plan.name, variant.name)
 
 
 def _check_sources(dependencies: list[deps.Dependency], mirror: Path) -> None:

@@ -27,7 +27,7 @@ def section(context: StatusContext) -> Section | None:
             rows.append([variant.name, variant.kind, f"REFUSED: {exc.message}", "-", "-"])
             continue
         plan = variants.KINDS[variant.kind].wheel(variant, platform)
-        built = sorted(dist.glob(f"{wheel.distribution_prefix(plan.name)}*.whl"))
+        built = wheel.wheels_of(dist, plan.name, variant.name)
         if not built:
             rows.append([variant.name, variant.kind, plan.name, "not built", "-"])
             continue

@@ -149,6 +149,14 @@ def read_from_wheel(wheel: Path, bounds: Bounds | None = None) -> BuildInfo:
     return BuildInfo.from_json(data, origin=origin, bounds=bounds)
 
 
+def variant_of(wheel: Path) -> str | None:
+    """The variant an ortstack wheel was built as (its build info says); None for any other wheel."""
+    try:
+        return read_from_wheel(wheel).variant
+    except BuildError:
+        return None
+
+
 def read_from_installed(package: str = "onnxruntime") -> BuildInfo | None:
     """The build info of the installed import ``package``; None for a wheel ortstack did not build."""
     spec = importlib.util.find_spec(package)

@@ -24,7 +24,7 @@ import tomli_w
 import ortstack
 from ortstack import _run
 from ortstack.build import toolchain
-from ortstack.build.buildinfo import BUILD_INFO_NAME
+from ortstack.build.buildinfo import BUILD_INFO_NAME, variant_of
 from ortstack.errors import BuildError
 
 if TYPE_CHECKING:
@@ -228,17 +228,25 @@ def distribution_prefix(name: str) -> str:
     return name.replace("-", "_").replace(".", "_").lower() + "-"
 
 
-def replace_in_dist(new_wheels: list[Path], dist: Path, name: str) -> list[Path]:
-    """Move ``new_wheels`` into ``dist``, replacing earlier wheels of the same distribution."""
-    dist.mkdir(parents=True, exist_ok=True)
+def wheels_of(dist: Path, name: str, variant: str) -> list[Path]:
+    """The wheels in ``dist`` of distribution ``name`` built as ``variant``, oldest first. Two variants
+    may share a distribution name (Dawn static or shared, both onnxruntime-webgpu): each keeps its own."""
     prefix = distribution_prefix(name)
+    found = [w for w in dist.glob("*.whl") if w.name.lower().startswith(prefix) and variant_of(w) == variant]
+    return sorted(found, key=lambda w: (w.stat().st_mtime_ns, w.name))
+
+
+def replace_in_dist(new_wheels: list[Path], dist: Path, name: str, variant: str) -> list[Path]:
+    """Move ``new_wheels`` into ``dist``, replacing earlier wheels of the same distribution and variant."""
+    dist.mkdir(parents=True, exist_ok=True)
+    earlier = wheels_of(dist, name, variant)
     landed = []
     for wheel in new_wheels:
         target = dist / wheel.name
         shutil.move(wheel, target.with_name(target.name + ".tmp"))
         target.with_name(target.name + ".tmp").replace(target)
         landed.append(target)
-    for old in dist.glob(f"{prefix}*.whl"):
-        if old not in landed and old.name.lower().startswith(prefix):
+    for old in earlier:
+        if old not in landed:
             old.unlink()
     return landed

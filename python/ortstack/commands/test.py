@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         default=[],
-        help="a wheel under test (repeatable; default: the newest of each name in dist/, else the stock "
+        help="a wheel under test (repeatable; default: the newest of each name and variant in dist/, else the stock "
         "baselines); an onnxruntime-ep-webgpu wheel joins each onnxruntime core wheel (the core variant), or "
         "else the stock onnxruntime: never onnxruntime-webgpu, which pip would overwrite with onnxruntime",
     )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from xml.etree import ElementTree as ET
 
 from ortstack import _run, log, wheelfile
+from ortstack.build import buildinfo
 from ortstack.errors import ConfigError, SuiteError, UsageError
 from ortstack.suites import genai_choice, outcomes, packages, venv, vulkan
 
@@ -141,10 +142,11 @@ def _offered_eps(core: Path | None, plugins: Sequence[Path]) -> tuple[EpKind, ..
 
 
 def newest_wheels(dist_dir: Path) -> list[Path]:
-    """The newest wheel of each distribution in ``dist_dir`` (empty if there is none)."""
-    newest: dict[str, Path] = {}
+    """The newest wheel of each distribution in ``dist_dir``, and of each variant where ortstack built two
+    of one distribution (Dawn static and shared are both onnxruntime-webgpu); empty if there is none."""
+    newest: dict[tuple[str, str | None], Path] = {}
     for wheel in sorted(dist_dir.glob("*.whl"), key=lambda p: p.stat().st_mtime):
-        newest[_dist_name(wheel)] = wheel
+        newest[_dist_name(wheel), buildinfo.variant_of(wheel)] = wheel
     return sorted(newest.values())
 
 
