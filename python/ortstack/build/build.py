@@ -144,6 +144,7 @@ def provided_features(stack: Stack, platform: str) -> list[str]:
 
 
 _LINK_OR_SUBMODULE = ("120000", "160000")
+TREE_RECORD_FORMAT = 2  # ortstack-tree.json with each file's blob and mtime
 
 
 def _tree_blobs(tree: Path, env: Mapping[str, str], treeish: str) -> dict[str, tuple[str, bool]]:
@@ -166,9 +167,6 @@ def _read_tree_record(record: Path) -> dict[str, tuple[str, int | None]]:
     if data.get("format") == TREE_RECORD_FORMAT:
         return {path: (blob, mtime) for path, (blob, mtime) in data["files"].items()}
     return {path: (blob, None) for path, blob in data.items()}  # ortstack before the mtimes were kept
-
-
-TREE_RECORD_FORMAT = 2
 
 
 def sync_mtimes(tree: Path, build_dir: Path, env: Mapping[str, str], treeish: str = "HEAD") -> int:
