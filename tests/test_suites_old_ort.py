@@ -22,6 +22,7 @@ import pytest
 
 from clirun import one_error
 from ortstack.build.buildinfo import BUILD_INFO_NAME, BuildInfo
+from ortstack.errors import ConfigError
 from ortstack.suites import venv
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def repack_as_ortstack_build(stock: Path, dest: Path, *, features: list[str]) ->
 
 
 def test_a_wheel_path_with_a_local_version_is_one_part(tmp_path: Path) -> None:
-    core = tmp_path / f"onnxruntime_webgpu-{LOCAL_VERSION}-cp312-cp312-linux_x86_64.whl"
+    core = tmp_path / f"onnxruntime-{LOCAL_VERSION}-cp312-cp312-linux_x86_64.whl"
     plugin = tmp_path / "onnxruntime_ep_webgpu-0.5.0+stack.ab12-py3-none-linux_x86_64.whl"
     for path in (core, plugin):
         zipfile.ZipFile(path, "w").close()
@@ -92,9 +93,20 @@ def test_a_wheel_path_with_a_local_version_is_one_part(tmp_path: Path) -> None:
     # A plugin wheel on the stock core, as `ortstack test` joins them: the wheel's path starts a new part.
     assert venv.parse_wheel_spec(f"onnxruntime==1.31.1+{plugin}") == ("onnxruntime==1.31.1", str(plugin))
     assert (
-        venv.spec_label(f"{core}+{plugin}")
-        == f"onnxruntime-webgpu=={LOCAL_VERSION} + onnxruntime-ep-webgpu==0.5.0+stack.ab12"
+        venv.spec_label(f"{core}+{plugin}") == f"onnxruntime=={LOCAL_VERSION} + onnxruntime-ep-webgpu==0.5.0+stack.ab12"
     )
+
+
+@pytest.mark.parametrize("core", ["onnxruntime-webgpu==1.27.0", "onnxruntime-gpu==1.31.1", "WHEEL"])
+def test_a_plugin_beside_another_onnxruntime_distribution_is_refused(tmp_path: Path, core: str) -> None:
+    """pip would install the onnxruntime the plugin requires over that distribution's package folder."""
+    if core == "WHEEL":
+        core = str(tmp_path / f"onnxruntime_webgpu-{LOCAL_VERSION}-cp312-cp312-linux_x86_64.whl")
+        zipfile.ZipFile(core, "w").close()
+    with pytest.raises(ConfigError, match="puts onnxruntime-ep-webgpu beside onnxruntime-") as refused:
+        venv.parse_wheel_spec(f"{core}+onnxruntime-ep-webgpu==0.4.0")
+    assert "pair the plugin with onnxruntime" in (refused.value.tip or "")
+    assert venv.parse_wheel_spec("onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0+onnxruntime-genai==0.17.1")
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,6 @@ if TYPE_CHECKING:
 
 EpKind = Literal["cpu", "webgpu", "plugin"]
 EP_CHOICES: tuple[str, ...] = ("cpu", "webgpu", "plugin", "all")
-PLUGIN_DIST = "onnxruntime-ep-webgpu"
-PLUGIN_CORE_DIST = "onnxruntime"
-"""The distribution a plugin EP wheel requires: the only core it is installed beside."""
 WEBGPU_DIST = "onnxruntime-webgpu"
 WEBGPU_LANES: frozenset[EpKind] = frozenset({"webgpu", "plugin"})
 # The stock wheels measured as baselines (see the wheel suites' README section on baselines).
@@ -176,13 +173,13 @@ def plan(wheels: Sequence[Path], requested: Sequence[str]) -> list[WheelSet]:
                 )
             )
         return sets
-    plugins = [w for w in wheels if _dist_name(w) == PLUGIN_DIST]
-    cores = [w for w in wheels if _dist_name(w) != PLUGIN_DIST]
+    plugins = [w for w in wheels if _dist_name(w) == venv.PLUGIN_DIST]
+    cores = [w for w in wheels if _dist_name(w) != venv.PLUGIN_DIST]
     # pip meets a plugin wheel's requirement only with a core named onnxruntime: beside any other core
     # (onnxruntime-webgpu) it installs the stock onnxruntime into the same package folder, and that core's
     # built-in WebGPU EP would be a second WebGPU runtime in the process. Plugins join the onnxruntime
     # cores, or else the stock one.
-    hosts = [core for core in cores if _dist_name(core) == PLUGIN_CORE_DIST]
+    hosts = [core for core in cores if _dist_name(core) == venv.PLUGIN_CORE_DIST]
     sets = [
         WheelSet(
             label=core.name,

@@ -28,15 +28,20 @@ from typing import TYPE_CHECKING
 
 from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from ortstack import _run, log, wheelfile
 from ortstack.errors import ConfigError, SuiteError
+from ortstack.suites.genai_choice import GENAI_DIST
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 _READY_MARKER = "ortstack-venv.json"
+
+PLUGIN_DIST = "onnxruntime-ep-webgpu"
+PLUGIN_CORE_DIST = "onnxruntime"
+"""The distribution a plugin EP wheel requires: the only core it is installed beside."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +89,7 @@ def parse_wheel_spec(spec: str) -> tuple[str, ...]:
         else:
             parts.append(piece)
     resolved: list[str] = []
+    names: list[str] = []
     for part in (p.strip() for p in parts):
         if part and not part.endswith(".whl") and Path(part).expanduser().exists():
             wheelfile.check(Path(part))  # a file or folder given as a wheel: says why it is none
@@ -94,9 +100,10 @@ def parse_wheel_spec(spec: str) -> tuple[str, ...]:
             wheel = wheelfile.check(Path(part))
             wheelfile.check_fits_machine(wheel)
             resolved.append(str(wheel.path))
+            names.append(wheel.name)
             continue
         try:
-            Requirement(part)
+            names.append(canonicalize_name(Requirement(part).name))
         except InvalidRequirement as exc:
             msg = f"wheel spec part {part!r} is neither a .whl path nor a requirement: {exc}"
             raise ConfigError(
@@ -104,7 +111,22 @@ def parse_wheel_spec(spec: str) -> tuple[str, ...]:
                 tip="write e.g. onnxruntime==1.31.1+onnxruntime-ep-webgpu==0.4.0 or a path to a .whl",
             ) from None
         resolved.append(part)
+    _check_plugin_core(names, spec)
     return tuple(resolved)
+
+
+def _check_plugin_core(names: Sequence[str], spec: str) -> None:
+    """A plugin EP wheel requires onnxruntime: beside another distribution of the onnxruntime package
+    (onnxruntime-webgpu, onnxruntime-gpu) pip installs the stock onnxruntime over that one's files, and
+    its own WebGPU EP, if it has one, would be a second WebGPU runtime in the process."""
+    if PLUGIN_DIST not in names:
+        return
+    others = [n for n in names if n.startswith("onnxruntime") and n not in {PLUGIN_DIST, PLUGIN_CORE_DIST, GENAI_DIST}]
+    if others:
+        msg = f"wheel spec {spec!r} puts {PLUGIN_DIST} beside {', '.join(others)}: pip would install "
+        msg += f"{PLUGIN_CORE_DIST}, which the plugin requires, over its onnxruntime package"
+        tip = f"pair the plugin with {PLUGIN_CORE_DIST} (the stock one, or a core variant's wheel)"
+        raise ConfigError(msg, tip=tip)
 
 
 def spec_label(spec: str) -> str:
