@@ -169,6 +169,16 @@ def _read_tree_record(record: Path) -> dict[str, tuple[str, int | None]]:
     return {path: (blob, None) for path, blob in data.items()}  # ortstack before the mtimes were kept
 
 
+def _set_mtime(file: Path, wanted: int | None, *, plain: bool) -> int | None:
+    """Give ``file`` the mtime ``wanted`` (None: leave it); returns the mtime the file system kept (None
+    for a link or a submodule, whose own mtime ninja never reads)."""
+    mtime = file.stat().st_mtime_ns if plain else None
+    if wanted is None or wanted == mtime:
+        return mtime
+    os.utime(file, ns=(wanted, wanted))
+    return file.stat().st_mtime_ns if plain else None  # possibly coarser than asked
+
+
 def sync_mtimes(tree: Path, build_dir: Path, env: Mapping[str, str], treeish: str = "HEAD") -> int:
     """Make each file's mtime tell ninja whether its content changed since the last build; returns how
     many did. ``treeish`` names the files as they are (HEAD, or a tree of the uncommitted edits).
@@ -186,14 +196,10 @@ def sync_mtimes(tree: Path, build_dir: Path, env: Mapping[str, str], treeish: st
     files: dict[str, tuple[str, int | None]] = {}
     for path, (blob, plain) in current.items():
         seen_blob, seen_mtime = previous.get(path, ("", None))
-        target = tree / path
+        content_changed = bool(previous) and seen_blob != blob
         with contextlib.suppress(FileNotFoundError):
-            if previous and seen_blob != blob:
-                os.utime(target, ns=(now, now))
-                changed += 1
-            elif plain and seen_mtime is not None and target.stat().st_mtime_ns != seen_mtime:
-                os.utime(target, ns=(seen_mtime, seen_mtime))
-            files[path] = (blob, target.stat().st_mtime_ns if plain else None)
+            files[path] = (blob, _set_mtime(tree / path, now if content_changed else seen_mtime, plain=plain))
+            changed += content_changed
     data = {"format": TREE_RECORD_FORMAT, "files": files}
     wheel.write_if_changed(record, json.dumps(data, sort_keys=True).encode())
     return changed
