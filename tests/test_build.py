@@ -424,6 +424,30 @@ def test_a_build_with_other_compilers_configures_onnxruntime_afresh_with_every_o
         assert _cached(cache, option) == "ON", f"{option} lost after switching to {cxx_compiler}"
 
 
+def test_a_copied_work_dir_builds_with_its_cmake_state_afresh(
+    tmp_path: Path, upstream: Upstream, cli_env: dict[str, str]
+) -> None:
+    """cmake refuses a build dir whose cache was written for other paths ("does not match the source ... used to
+    generate cache"): a copied or moved work dir would never build again. ortstack starts that cmake state
+    afresh, with every option, and the copy's next build is a no-op."""
+    project = make_project(tmp_path / "project", upstream, cli_env, extra='[variant.webgpu]\nkind = "webgpu"\n')
+    assert_ok(project.ortstack("fetch", "--deps"))
+    assert_ok(project.ortstack("patch"))
+    assert_ok(project.ortstack("build"))
+    copy = Project(root=tmp_path / "copy", env=cli_env)
+    shutil.copytree(project.root, copy.root, symlinks=True)
+    (copy.dist / next(iter(project.wheels()))).unlink()  # so that the copy has to build
+
+    output = " ".join(assert_ok(copy.ortstack("build")).split())  # long paths wrap the line
+    assert f"cmake state starts afresh: build dir {copy.work / 'cmake' / 'webgpu'} was configured as" in output
+    cache = copy.work / "cmake" / "webgpu" / "ort" / "CMakeCache.txt"
+    assert _cached(cache, "CMAKE_HOME_DIRECTORY") == (copy.work / "prepared" / "webgpu" / "cmake").as_posix()
+    assert _cached(cache, "onnxruntime_USE_WEBGPU") == "ON"
+    assert copy.wheels().keys() == project.wheels().keys()
+    assert "starts afresh" not in assert_ok(copy.ortstack("build"))
+    assert "starts afresh" not in assert_ok(project.ortstack("build"))
+
+
 def test_a_build_for_another_python_drops_what_findpython_found_for_the_last_one(
     tmp_path: Path, upstream: Upstream, cli_env: dict[str, str]
 ) -> None:

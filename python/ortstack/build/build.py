@@ -211,6 +211,35 @@ ORT_PREFIX_DIR = "ort-prefix"
 _CACHED_COMPILER = re.compile(r"^(CMAKE_CXX?_COMPILER):[A-Z]+=(.*)$", re.MULTILINE)
 
 
+_CACHED_DIRS = re.compile(r"^(CMAKE_CACHEFILE_DIR|CMAKE_HOME_DIRECTORY):INTERNAL=(.*)$", re.MULTILINE)
+
+
+def _configured_elsewhere(cache_dir: Path, source: Path) -> str | None:
+    """Why cmake would refuse ``cache_dir`` for ``source``: its cache names another build or source dir."""
+    try:
+        cached = dict(_CACHED_DIRS.findall((cache_dir / "CMakeCache.txt").read_text("utf-8")))
+    except OSError:
+        return None
+    for name, wanted in (("CMAKE_CACHEFILE_DIR", cache_dir), ("CMAKE_HOME_DIRECTORY", source)):
+        if name in cached and Path(cached[name]).resolve() != wanted.resolve():
+            return f"configured as {cached[name]}"
+    return None
+
+
+def _forget_moved_build_dir(build_dir: Path, project: Path, tree: Path) -> None:
+    """Start the build dir afresh when its caches were written for other paths: a work dir moved or copied,
+    or ``--build-dir`` given a variant's old build dir. cmake refuses such a cache ("does not match the source
+    ... used to generate cache") and its objects name the old paths anyway."""
+    reason = _configured_elsewhere(build_dir, project)
+    reason = reason or _configured_elsewhere(build_dir / ORT_BINARY_DIR, tree / "cmake")
+    if reason is None:
+        return
+    log.info(f"cmake state starts afresh: build dir {build_dir} was {reason}")
+    (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
+    for part in ("CMakeFiles", ORT_BINARY_DIR, ORT_PREFIX_DIR):
+        remove_tree(build_dir / part)
+
+
 def _forget_other_compilers(build_dir: Path, tools: toolchain.Toolchain) -> None:
     """Empty onnxruntime's build dir when its cache names other compilers than this build's. cmake would
     see the change, delete that cache and configure again without the initial cache (-C) the options
@@ -481,6 +510,7 @@ def _build(
         "ORTSTACK_JOBS": str(jobs),
         "ORTSTACK_WARNINGS_AS_ERRORS": "ON" if stack.build.warnings_as_errors else "OFF",
     }
+    _forget_moved_build_dir(build_dir, staging / "cpp_ext", tree)
     sync_mtimes(tree, build_dir, settings.env, edited or "HEAD")
     _forget_other_compilers(build_dir, tools)
     _forget_other_python(build_dir, sys.executable)
