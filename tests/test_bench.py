@@ -133,9 +133,12 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
         for case in run["cases"]:
             assert len(case["samples_ms"]) == options["requests"]
             assert all(s > 0 for s in case["samples_ms"])
-            # The calling thread's CPU time of a run: some, and never more than the run's wall time.
+            # The calling thread's CPU time of a run: some, and not more than the run's wall time. Compared by
+            # the median: one run's thread CPU time was seen 54 µs over its 245 µs wall time on a VM, where the
+            # thread clock is read from the sched_clock of whichever CPU the thread is on.
             assert len(case["host_cpu_ms"]) == options["requests"]
-            assert all(0 < c <= s + 0.05 for c, s in zip(case["host_cpu_ms"], case["samples_ms"], strict=True))
+            assert all(c > 0 for c in case["host_cpu_ms"])
+            assert statistics.median(case["host_cpu_ms"]) <= statistics.median(case["samples_ms"]) + 0.05
             assert case["output_finite"]
 
     summary = document["summary"]
