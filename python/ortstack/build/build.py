@@ -221,7 +221,8 @@ def _configured_elsewhere(cache_dir: Path, source: Path) -> str | None:
     except OSError:
         return None
     for name, wanted in (("CMAKE_CACHEFILE_DIR", cache_dir), ("CMAKE_HOME_DIRECTORY", source)):
-        if name in cached and Path(cached[name]).resolve() != wanted.resolve():
+        # normcase: cmake writes C:/x where Python may say c:\x
+        if name in cached and os.path.normcase(Path(cached[name]).resolve()) != os.path.normcase(wanted.resolve()):
             return f"configured as {cached[name]}"
     return None
 
