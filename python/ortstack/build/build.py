@@ -214,12 +214,25 @@ _CACHED_COMPILER = re.compile(r"^(CMAKE_CXX?_COMPILER):[A-Z]+=(.*)$", re.MULTILI
 _CACHED_DIRS = re.compile(r"^(CMAKE_CACHEFILE_DIR|CMAKE_HOME_DIRECTORY):INTERNAL=(.*)$", re.MULTILINE)
 
 
-def _configured_elsewhere(cache_dir: Path, source: Path) -> str | None:
-    """Why cmake would refuse ``cache_dir`` for ``source``: its cache names another build or source dir."""
+def _cmake_cache(cache_dir: Path) -> str | None:
+    """The text of ``cache_dir``'s CMakeCache.txt; None before its first configure."""
     try:
-        cached = dict(_CACHED_DIRS.findall((cache_dir / "CMakeCache.txt").read_text("utf-8")))
+        return (cache_dir / "CMakeCache.txt").read_text("utf-8")
     except OSError:
         return None
+
+
+def _start_ort_afresh(build_dir: Path) -> None:
+    """Remove onnxruntime's build dir and ExternalProject's stamps for it: the next build configures it anew."""
+    remove_tree(build_dir / ORT_BINARY_DIR)
+    remove_tree(build_dir / ORT_PREFIX_DIR)
+
+
+def _configured_elsewhere(cache_dir: Path, source: Path) -> str | None:
+    """Why cmake would refuse ``cache_dir`` for ``source``: its cache names another build or source dir."""
+    if (text := _cmake_cache(cache_dir)) is None:
+        return None
+    cached = dict(_CACHED_DIRS.findall(text))
     for name, wanted in (("CMAKE_CACHEFILE_DIR", cache_dir), ("CMAKE_HOME_DIRECTORY", source)):
         # normcase: cmake writes C:/x where Python may say c:\x
         if name in cached and os.path.normcase(Path(cached[name]).resolve()) != os.path.normcase(wanted.resolve()):
@@ -237,8 +250,8 @@ def _forget_moved_build_dir(build_dir: Path, project: Path, tree: Path) -> None:
         return
     log.info(f"cmake state starts afresh: build dir {build_dir} was {reason}")
     (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
-    for part in ("CMakeFiles", ORT_BINARY_DIR, ORT_PREFIX_DIR):
-        remove_tree(build_dir / part)
+    remove_tree(build_dir / "CMakeFiles")
+    _start_ort_afresh(build_dir)
 
 
 def _forget_other_compilers(build_dir: Path, tools: toolchain.Toolchain) -> None:
@@ -246,16 +259,14 @@ def _forget_other_compilers(build_dir: Path, tools: toolchain.Toolchain) -> None
     see the change, delete that cache and configure again without the initial cache (-C) the options
     come in: every option lost, offline dependency sources among them. Its objects are of the other
     compilers anyway."""
-    try:
-        cached = dict(_CACHED_COMPILER.findall((build_dir / ORT_BINARY_DIR / "CMakeCache.txt").read_text("utf-8")))
-    except OSError:
+    if (text := _cmake_cache(build_dir / ORT_BINARY_DIR)) is None:
         return
+    cached = dict(_CACHED_COMPILER.findall(text))
     wanted = {"CMAKE_C_COMPILER": tools.c_compiler, "CMAKE_CXX_COMPILER": tools.cxx_compiler}
     changed = [f"{cached[name]} -> {path}" for name, path in wanted.items() if cached.get(name, path) != path]
     if changed:
         log.info(f"compilers changed ({', '.join(changed)}): onnxruntime's build dir starts afresh")
-        remove_tree(build_dir / ORT_BINARY_DIR)
-        remove_tree(build_dir / ORT_PREFIX_DIR)
+        _start_ort_afresh(build_dir)
 
 
 def _write_ort_options(build_dir: Path, options: dict[str, str]) -> Path:
@@ -266,11 +277,8 @@ def _write_ort_options(build_dir: Path, options: dict[str, str]) -> Path:
     options_file = build_dir / "ort-options.cmake"
     if wheel.write_if_changed(options_file, _ort_options_file(options)):
         return options_file
-    try:
-        cache = (build_dir / ORT_BINARY_DIR / "CMakeCache.txt").read_text("utf-8")
-    except OSError:
-        return options_file
-    if re.search(rf"^{native_tests.UNIT_TESTS}:\w+=ON$", cache, re.MULTILINE):
+    cache = _cmake_cache(build_dir / ORT_BINARY_DIR)
+    if cache is not None and re.search(rf"^{native_tests.UNIT_TESTS}:\w+=ON$", cache, re.MULTILINE):
         log.info("onnxruntime's build dir has its unit tests on (--native-tests): configuring it for the wheel")
         options_file.touch()
     return options_file
@@ -286,16 +294,13 @@ def _forget_other_python(build_dir: Path, python: str) -> None:
     ``cmake -U`` would. FindPython takes the new interpreter but keeps the headers and NumPy it found for the
     old one, and then refuses them ("Could NOT find Python (missing: Development.Module NumPy)"): a wheel for
     a second Python could not be built in the same work dir."""
-    cache = build_dir / ORT_BINARY_DIR / "CMakeCache.txt"
-    try:
-        text = cache.read_text("utf-8")
-    except OSError:
+    if (text := _cmake_cache(build_dir / ORT_BINARY_DIR)) is None:
         return
     cached = _CACHED_PYTHON.search(text)
     if cached is None or cached.group(1) == python:
         return
     log.info(f"Python changed ({cached.group(1)} -> {python}): onnxruntime's configure looks for it afresh")
-    cache.write_text(_FIND_PYTHON_STATE.sub("", text), "utf-8")
+    (build_dir / ORT_BINARY_DIR / "CMakeCache.txt").write_text(_FIND_PYTHON_STATE.sub("", text), "utf-8")
 
 
 def _fingerprint(parts: Mapping[str, object]) -> str:
