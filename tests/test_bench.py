@@ -33,9 +33,35 @@ if TYPE_CHECKING:
 PYTHON_SRC = Path(__file__).parents[1] / "python"
 
 
-def test_interleaved_order_reverses_the_second_round() -> None:
+def test_interleaved_order_reverses_every_other_round() -> None:
     assert interleaved_order(2) == [(0, 1), (1, 1), (1, 2), (0, 2)]
     assert interleaved_order(1) == [(0, 1), (0, 2)]
+    assert interleaved_order(2, 4) == [(0, 1), (1, 1), (1, 2), (0, 2), (0, 3), (1, 3), (1, 4), (0, 4)]
+    assert interleaved_order(1, 4) == [(0, 1), (0, 2), (0, 3), (0, 4)]
+
+
+def test_more_rounds_run_each_wheel_first_as_often_as_last_and_pool_every_request(
+    tmp_path: Path, base_env: dict[str, str]
+) -> None:
+    out = _quick_cpu_bench(tmp_path, base_env, "--variants=base", "--m=1", "--rounds=4")
+    document = json.loads((out / "bench.json").read_text())
+    order = [(o["wheel"], o["round"]) for o in document["order"]]
+    assert order == [("A", 1), ("B", 1), ("B", 2), ("A", 2), ("A", 3), ("B", 3), ("B", 4), ("A", 4)]
+    requests = document["options"]["requests"]
+    rows = [r for r in document["summary"]["rows"] if r["level"] == "ops"]
+    assert rows
+    assert all(r["wheels"][w]["n"] == 4 * requests for r in rows for w in ("A", "B"))
+    assert "order of worker runs: A1 B1 B2 A2 A3 B3 B4 A4" in (out / "bench.md").read_text()
+
+
+@pytest.mark.parametrize("rounds", ["0", "3"])
+def test_rounds_that_cannot_alternate_the_order_are_refused_before_anything_is_made(
+    run_ortstack: RunOrtstack, tmp_path: Path, rounds: str
+) -> None:
+    cache = tmp_path / "cache"
+    result = run_ortstack("bench", "--ep=cpu", f"--rounds={rounds}", "--cache-dir", cache)
+    assert f"--rounds {rounds}: the rounds reverse the order in pairs" in one_error(result, 2)
+    assert not cache.exists()
 
 
 def test_each_capture_mode_gets_worker_plans_of_its_own_and_paged_runs_once(tmp_path: Path) -> None:

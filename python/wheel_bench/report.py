@@ -31,7 +31,7 @@ NORM_BUDGET = 1.10
 
 
 def _samples(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """(wheel, case key) -> metric -> samples over both rounds."""
+    """(wheel, case key) -> metric -> samples over all rounds."""
     out: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for run in document["runs"]:
         for case in run["cases"]:
@@ -336,7 +336,7 @@ def fused_vs_raw(
 
 
 def _cold_vs_warm(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """First run of each case per round: round 1 compiles shaders cold, round 2 finds them cached."""
+    """First run of each case per round: round 1 compiles shaders cold, the rounds after it find them cached."""
     out = []
     for run in document["runs"]:
         for case in run["cases"]:
@@ -436,7 +436,7 @@ def markdown(document: dict[str, Any]) -> str:
     lines += [
         (
             f"- order of worker runs: {order}; {options['warmups']} warmups and {options['requests']} requests "
-            "per case and round; figures are medians over both rounds with (min-max)"
+            "per case and round; figures are medians over all rounds with (min-max)"
         ),
         f"- command: `{' '.join(document['command'])}`" if document["command"] else "",
         "",
@@ -517,7 +517,7 @@ def markdown(document: dict[str, Any]) -> str:
     for r in summary["cold_vs_warm"]:
         totals[(r["wheel"], r["round"])] += r["first_ms"]
     lines += [
-        "## First run per worker (cold shader compilation in round 1, warm cache in round 2)",
+        "## First run per worker (cold shader compilation in round 1, warm cache in the rounds after it)",
         "",
         "Sum of first runs: "
         + "; ".join(f"{wheel} round {round_}: {_fmt(ms / 1e3, 2)} s" for (wheel, round_), ms in sorted(totals.items())),
@@ -730,7 +730,7 @@ def _fused_vs_raw_section(rows: list[dict[str, Any]]) -> list[str]:
         "## Fused / raw graph on the same wheel",
         "",
         (
-            "median(fused) / median(raw) over all requests of both rounds, with its 95 % bootstrap interval; a "
+            "median(fused) / median(raw) over all requests of all rounds, with its 95 % bootstrap interval; a "
             "difference inside the spread is no difference. TTFT below 1 and decode above 1 favour the fusion. "
             "The checks count MatMulNBitsQLoRA nodes in the graph this onnxruntime optimizes with the same "
             "session config entry (genai cannot save its own)."

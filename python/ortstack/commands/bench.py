@@ -99,7 +99,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_levels,
         help="comma list of ops, genai, paged (default ops,genai; paged: PagedAttention with and without Q/K norm)",
     )
-    parser.add_argument("--requests", type=int, help="timed requests per case and round (two rounds)")
+    parser.add_argument("--requests", type=int, help="timed requests per case and round")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="worker rounds per wheel, the order reversed in every other one: A B B A for 2 (default), "
+        "A B B A A B B A for 4; more spread a machine's drift over both wheels",
+    )
     parser.add_argument("--warmups", type=int, help="warmup requests per case and round")
     parser.add_argument("--m", type=_ints, help="op level: comma list of M")
     parser.add_argument("--k", type=int, help="op level: K = N")
@@ -196,6 +202,7 @@ def options_from_args(args: argparse.Namespace, config: Settings) -> bench.Bench
     overrides = {
         "levels": args.levels,
         "requests": args.requests,
+        "rounds": args.rounds,
         "warmups": args.warmups,
         "ms": args.m,
         "k": args.k,

@@ -1,9 +1,10 @@
 """Benchmark one or two wheels the same way, interleaved, and write JSON, Markdown and PNG.
 
 Each wheel spec gets its own venv; a worker process per (wheel, round) runs ``wheel_bench.worker``
-with that venv's interpreter. Two rounds in reversed order (A B, then B A) spread drift over both
-wheels. Without a GPU, WebGPU runs on Mesa's lavapipe: such numbers measure a CPU and are labelled
-so, and each wheel gets its own shader cache, cold in round 1 and warm in round 2.
+with that venv's interpreter. Rounds alternate the order (A B, then B A, then A B, ...), so drift
+spreads over both wheels and each wheel runs first as often as last. Without a GPU, WebGPU runs on
+Mesa's lavapipe: such numbers measure a CPU and are labelled so, and each wheel gets its own shader
+cache, cold in round 1 and warm in the rounds after it.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ class BenchOptions:
     levels: tuple[str, ...] = DEFAULT_LEVELS
     warmups: int = 3
     requests: int = 5
-    """Timed requests per round; two rounds make ten per wheel."""
+    """Timed requests per round; the default two rounds make ten per wheel."""
+    rounds: int = 2
+    """Worker rounds per wheel, the order reversed in every other one: an even count, so that each wheel
+    runs first as often as last (more rounds spread a machine's drift and its first process's warm-up)."""
     ms: tuple[int, ...] = (1, 128, 1024)
     k: int = 4096
     layers: int = 16
@@ -145,6 +149,9 @@ def check_before_installing(options: BenchOptions, env: Mapping[str, str]) -> No
     if not 1 <= len(options.wheels) <= 2:  # noqa: PLR2004 - A or A/B
         msg = f"give one or two wheels, not {len(options.wheels)}"
         raise UsageError(msg, tip="--wheel A [--wheel B]")
+    if options.rounds < 2 or options.rounds % 2:  # noqa: PLR2004 - A B, then B A
+        msg = f"--rounds {options.rounds}: the rounds reverse the order in pairs, so give an even count of 2 or more"
+        raise UsageError(msg, tip="--rounds 2 (the default), 4, 6, ...")
     for spec in options.wheels:
         venv.parse_wheel_spec(spec)
     if "paged" in options.levels:
@@ -292,10 +299,10 @@ def ensure_model(options: BenchOptions, env: Mapping[str, str], genai: genai_cho
     return root / "model"
 
 
-def interleaved_order(wheel_count: int) -> list[tuple[int, int]]:
-    """(wheel index, round) pairs: A B then B A; one wheel simply runs twice."""
-    first = list(range(wheel_count))
-    return [(w, 1) for w in first] + [(w, 2) for w in reversed(first)]
+def interleaved_order(wheel_count: int, rounds: int = 2) -> list[tuple[int, int]]:
+    """(wheel index, round) pairs: A B, then B A, and so on for ``rounds``; one wheel simply runs once a round."""
+    wheels = list(range(wheel_count))
+    return [(w, r) for r in range(1, rounds + 1) for w in (wheels if r % 2 else reversed(wheels))]
 
 
 def worker_captures(options: BenchOptions) -> list[tuple[bool, ...]]:
@@ -391,7 +398,7 @@ def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
     work = options.out_dir / "raw"
     work.mkdir(exist_ok=True)
     split = worker_captures(options)
-    for wheel_index, round_ in interleaved_order(len(options.wheels)):
+    for wheel_index, round_ in interleaved_order(len(options.wheels), options.rounds):
         wheel_id = ids[wheel_index]
         for captures in split:
             mode = report.on_off(captures[0]) if len(split) > 1 else None
