@@ -51,7 +51,10 @@ def test_more_rounds_run_each_wheel_first_as_often_as_last_and_pool_every_reques
     rows = [r for r in document["summary"]["rows"] if r["level"] == "ops"]
     assert rows
     assert all(r["wheels"][w]["n"] == 4 * requests for r in rows for w in ("A", "B"))
-    assert "order of worker runs: A1 B1 B2 A2 A3 B3 B4 A4" in (out / "bench.md").read_text()
+    assert all(r["b_over_a"]["resampled"] == "rounds and requests" for r in rows)
+    markdown = (out / "bench.md").read_text()
+    assert "order of worker runs: A1 B1 B2 A2 A3 B3 B4 A4" in markdown
+    assert "The intervals draw whole rounds" in markdown
 
 
 @pytest.mark.parametrize("rounds", ["0", "3"])
@@ -186,6 +189,8 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
     markdown = (out / "bench.md").read_text()
     assert "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) | host CPU µs |" in markdown
     assert "order of worker runs: A1 B1 B2 A2" in markdown
+    assert all(r["b_over_a"]["resampled"] == "requests" for r in rows)  # two rounds: requests only
+    assert "The intervals draw whole rounds" not in markdown
     assert "CPU-measured" not in markdown  # the CPU EP is not a software WebGPU adapter
     assert (out / "ops.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
@@ -432,6 +437,23 @@ def test_paired_bootstrap_keeps_drift_that_moved_both_columns_out_of_the_interva
     assert low < 0.5 < high
     assert high - low > 1
     assert stats.marginal([5.0, 5.0, 6.0], [2.0, 1.0, 2.0], 4) == 1.0
+
+
+def test_drawing_rounds_widens_the_interval_by_what_moved_between_rounds() -> None:
+    """B 2 % slower than A in three rounds and 10 % in the fourth: a bootstrap of pooled requests reads
+    the three alike rounds as precision; drawing rounds lets the fourth reach the interval."""
+    a_rounds = [[100.0 + i * 0.1 for i in range(10)] for _ in range(4)]
+    b_rounds = [[x * 1.02 for x in a_rounds[0]]] * 3 + [[x * 1.10 for x in a_rounds[0]]]
+    a, b = [x for r in a_rounds for x in r], [x for r in b_rounds for x in r]
+    pooled = stats.compare(a, b, higher_is_better=False)
+    drawn = stats.compare(a, b, higher_is_better=False, rounds=(a_rounds, b_rounds))
+    assert (pooled.resampled, drawn.resampled) == ("requests", "rounds and requests")
+    assert drawn.ratio == pooled.ratio
+    assert pooled.ci_high < 1.03
+    assert drawn.ci_high > 1.05
+    assert pooled.verdict == drawn.verdict == "B worse"
+    two_rounds = stats.compare(a, b, higher_is_better=False, rounds=(a_rounds[:2], b_rounds[:2]))
+    assert two_rounds.resampled == "requests"  # two rounds are too few to draw from
 
 
 def _paged_result(variant: str, layers: int, samples: list[float], phase: str = "decode") -> dict[str, object]:

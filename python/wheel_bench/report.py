@@ -30,21 +30,41 @@ NORM_BUDGET = 1.10
 """The Q/K norm's budget: a node with norm may cost at most 10 % more than without."""
 
 
-def _samples(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """(wheel, case key) -> metric -> samples over all rounds."""
-    out: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+RoundSamples = dict[tuple[str, str], dict[str, dict[int, list[float]]]]
+"""(wheel, case key) -> metric -> round -> samples."""
+
+
+def _samples_by_round(document: dict[str, Any]) -> RoundSamples:
+    out: RoundSamples = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for run in document["runs"]:
         for case in run["cases"]:
             if "error" in case:
                 continue
             metrics = out[(run["wheel"], case["key"])]
             if case["level"] in TIMED_LEVELS:
-                metrics["ms"] += case["samples_ms"]
-                metrics["host_cpu_ms"] += case.get("host_cpu_ms", [])  # absent from results written before it
+                metrics["ms"][run["round"]] += case["samples_ms"]
+                # absent from results written before it
+                metrics["host_cpu_ms"][run["round"]] += case.get("host_cpu_ms", [])
             else:
-                metrics["ttft_ms"] += case["ttft_ms"]
-                metrics["decode_tok_s"] += case["decode_tok_s"]
+                metrics["ttft_ms"][run["round"]] += case["ttft_ms"]
+                metrics["decode_tok_s"][run["round"]] += case["decode_tok_s"]
     return out
+
+
+def _samples(by_round: RoundSamples) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """(wheel, case key) -> metric -> samples over all rounds."""
+    return {
+        wheel_key: {metric: [x for r in sorted(rounds) for x in rounds[r]] for metric, rounds in metrics.items()}
+        for wheel_key, metrics in by_round.items()
+    }
+
+
+def _paired_rounds(
+    rounds_a: dict[int, list[float]], rounds_b: dict[int, list[float]]
+) -> tuple[list[list[float]], list[list[float]]]:
+    """A's and B's samples by round, over the rounds in which both were measured, in round order."""
+    both = sorted(set(rounds_a) & set(rounds_b))
+    return [rounds_a[r] for r in both], [rounds_b[r] for r in both]
 
 
 def _cases(document: dict[str, Any], wheel: str | None = None) -> dict[str, dict[str, Any]]:
@@ -69,7 +89,8 @@ def _bandwidth(document: dict[str, Any], given: float | None) -> tuple[float | N
 
 
 def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -> dict[str, Any]:
-    samples = _samples(document)
+    by_round = _samples_by_round(document)
+    samples = _samples(by_round)
     cases = _cases(document)
     wheels = [w["id"] for w in document["wheels"]]
     bandwidth, bandwidth_source = _bandwidth(document, bandwidth_gbs)
@@ -87,7 +108,9 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
                     row["wheels"][wheel] = Spread.of(values).__dict__
             if len(row["wheels"]) == 2:
                 a, b = samples[(wheels[0], key)][metric], samples[(wheels[1], key)][metric]
-                row["b_over_a"] = compare(a, b, higher_is_better=metric == "decode_tok_s").as_dict()
+                rounds = _paired_rounds(by_round[(wheels[0], key)][metric], by_round[(wheels[1], key)][metric])
+                comparison = compare(a, b, higher_is_better=metric == "decode_tok_s", rounds=rounds)
+                row["b_over_a"] = comparison.as_dict()
             rows.append(row)
     return {
         "bandwidth_gbs": bandwidth,
@@ -493,7 +516,13 @@ def markdown(document: dict[str, Any]) -> str:
         lines += [
             "## A/B",
             "",
-            "Ratio B/A of medians with a 95 % bootstrap interval; a difference inside the spread is no difference.",
+            "Ratio B/A of medians with a 95 % bootstrap interval; a difference inside the spread is no difference."
+            + (
+                " The intervals draw whole rounds (A's and B's of one round together), then requests within them: "
+                "a difference some rounds show and others do not is no difference."
+                if any(r["b_over_a"].get("resampled") == "rounds and requests" for r in ab_rows)
+                else ""
+            ),
             "",
             "| case | metric | A | B | B/A | 95 % interval | verdict |",
             "|---|---|---|---|---|---|---|",

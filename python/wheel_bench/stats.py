@@ -3,7 +3,8 @@
 A difference counts only when it is outside the spread: the bootstrap interval of the ratio of
 medians must exclude 1, and neither median may lie inside the other wheel's min..max. Anything
 else is reported as no difference. Kernel costs are marginal ((t_L - t_1) / (L - 1)), with a
-bootstrap interval that resamples interleaved requests together (``bootstrap_interval``).
+bootstrap interval that resamples interleaved requests together (``bootstrap_interval``). With four
+or more rounds, an A/B interval draws rounds before requests (``bootstrap_ratio_by_rounds``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class Spread:
         return self.min <= value <= self.max
 
 
+MIN_ROUNDS_TO_RESAMPLE = 4
+"""From this many rounds on, an A/B interval resamples whole rounds too (``bootstrap_ratio_by_rounds``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
     ratio: float
@@ -43,6 +48,8 @@ class Comparison:
     ci_high: float
     verdict: str
     """``no difference``, ``B better`` or ``B worse`` (by the metric's direction)."""
+    resampled: str = "requests"
+    """What the interval's bootstrap drew: ``requests``, or ``rounds and requests``."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,17 +68,57 @@ def bootstrap_ratio(
     return ratios[int(tail * (resamples - 1))], ratios[int((1 - tail) * (resamples - 1))]
 
 
-def compare(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool) -> Comparison:
+def bootstrap_ratio_by_rounds(
+    a_rounds: Sequence[Sequence[float]],
+    b_rounds: Sequence[Sequence[float]],
+    *,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(b) / median(a) that draws rounds, then requests within them.
+
+    Round r of A and round r of B ran next to each other, so a round is drawn for both wheels at once:
+    what moved a whole round (the machine's state while it ran) moves the interval, where a bootstrap of
+    pooled requests would take it for precision.
+    """
+    rng = random.Random(seed)
+    rounds = range(len(a_rounds))
+    ratios = []
+    for _ in range(resamples):
+        picks = rng.choices(rounds, k=len(a_rounds))
+        a = [x for r in picks for x in rng.choices(a_rounds[r], k=len(a_rounds[r]))]
+        b = [x for r in picks for x in rng.choices(b_rounds[r], k=len(b_rounds[r]))]
+        ratios.append(statistics.median(b) / statistics.median(a))
+    ratios.sort()
+    tail = (1 - confidence) / 2
+    return ratios[int(tail * (resamples - 1))], ratios[int((1 - tail) * (resamples - 1))]
+
+
+def compare(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    higher_is_better: bool,
+    rounds: tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]] | None = None,
+) -> Comparison:
+    """B against A over their pooled samples. ``rounds``: the same samples by round, A's and B's in the
+    same round order; from ``MIN_ROUNDS_TO_RESAMPLE`` paired rounds on, the interval draws rounds too."""
     spread_a, spread_b = Spread.of(a), Spread.of(b)
     ratio = spread_b.median / spread_a.median
-    low, high = bootstrap_ratio(a, b)
+    if rounds is not None and len(rounds[0]) == len(rounds[1]) >= MIN_ROUNDS_TO_RESAMPLE:
+        low, high = bootstrap_ratio_by_rounds(*rounds)
+        resampled = "rounds and requests"
+    else:
+        low, high = bootstrap_ratio(a, b)
+        resampled = "requests"
     inside = spread_a.contains(spread_b.median) or spread_b.contains(spread_a.median) or low <= 1.0 <= high
     if inside:
         verdict = NO_DIFFERENCE
     else:
         b_higher = ratio > 1.0
         verdict = "B better" if b_higher == higher_is_better else "B worse"
-    return Comparison(ratio=ratio, ci_low=low, ci_high=high, verdict=verdict)
+    return Comparison(ratio=ratio, ci_low=low, ci_high=high, verdict=verdict, resampled=resampled)
 
 
 def marginal(long: Sequence[float], one: Sequence[float], layers: int) -> float:
