@@ -52,6 +52,7 @@ def test_more_rounds_run_each_wheel_first_as_often_as_last_and_pool_every_reques
     assert rows
     assert all(r["wheels"][w]["n"] == 4 * requests for r in rows for w in ("A", "B"))
     assert all(r["b_over_a"]["resampled"] == "rounds and requests" for r in rows)
+    assert all(len(r["b_over_a_by_round"]) == 4 for r in rows)
     markdown = (out / "bench.md").read_text()
     assert "order of worker runs: A1 B1 B2 A2 A3 B3 B4 A4" in markdown
     assert "The intervals draw whole rounds" in markdown
@@ -190,6 +191,8 @@ def test_quick_cpu_bench_writes_json_markdown_png_in_ab_ba_order(tmp_path: Path,
     assert "| wheel | variant | M | adapter | capture | per layer µs | x base (95 %) | host CPU µs |" in markdown
     assert "order of worker runs: A1 B1 B2 A2" in markdown
     assert all(r["b_over_a"]["resampled"] == "requests" for r in rows)  # two rounds: requests only
+    assert all(len(r["b_over_a_by_round"]) == 2 for r in rows)
+    assert "| verdict | B/A by round |" in markdown
     assert "The intervals draw whole rounds" not in markdown
     assert "CPU-measured" not in markdown  # the CPU EP is not a software WebGPU adapter
     assert (out / "ops.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

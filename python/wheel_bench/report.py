@@ -111,6 +111,11 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
                 rounds = _paired_rounds(by_round[(wheels[0], key)][metric], by_round[(wheels[1], key)][metric])
                 comparison = compare(a, b, higher_is_better=metric == "decode_tok_s", rounds=rounds)
                 row["b_over_a"] = comparison.as_dict()
+                # Each round's own ratio: what the order of the wheels did to it, round by round.
+                row["b_over_a_by_round"] = [
+                    statistics.median(b_round) / statistics.median(a_round)
+                    for a_round, b_round in zip(*rounds, strict=True)
+                ]
             rows.append(row)
     return {
         "bandwidth_gbs": bandwidth,
@@ -524,14 +529,15 @@ def markdown(document: dict[str, Any]) -> str:
                 else ""
             ),
             "",
-            "| case | metric | A | B | B/A | 95 % interval | verdict |",
-            "|---|---|---|---|---|---|---|",
+            "| case | metric | A | B | B/A | 95 % interval | verdict | B/A by round |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in ab_rows:
             c = r["b_over_a"]
+            by_round = " ".join(f"{x:.3f}" for x in r.get("b_over_a_by_round", [])) or "-"
             lines.append(
                 f"| {r['key']} | {r['metric']} | {_spread(r['wheels']['A'], 2)} | {_spread(r['wheels']['B'], 2)} | "
-                f"{c['ratio']:.3f} | {c['ci_low']:.3f}-{c['ci_high']:.3f} | {c['verdict']} |"
+                f"{c['ratio']:.3f} | {c['ci_low']:.3f}-{c['ci_high']:.3f} | {c['verdict']} | {by_round} |"
             )
         lines.append("")
     errors = [
