@@ -195,6 +195,7 @@ def test_fused_over_raw_ratios_intervals_and_token_identity(tmp_path: Path) -> N
     low, high = a["decode_tok_s"]["ci"]
     assert low <= 1.75 <= high
     assert high < 1.8
+    assert a["decode_tok_s"]["resampled"] == "requests"  # two rounds: too few to draw from
     assert a["ttft_ms"]["verdict"] == "fused better"
     assert a["decode_tok_s"]["verdict"] == "fused better"
     assert a["same_tokens"] is True
@@ -226,6 +227,27 @@ def test_fused_over_raw_ratios_intervals_and_token_identity(tmp_path: Path) -> N
     assert f"Graph capture: {genai_run.CAPTURE_ISOLATION}." in markdown
     report.write(document, tmp_path)
     assert (tmp_path / "genai.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_fused_over_raw_draws_rounds_from_four_rounds_on() -> None:
+    """Decode 1.75x faster fused in three rounds and 1.2x in the fourth: the interval says so."""
+    spread = [0.0, 0.1, -0.1, 0.2, -0.2]
+    runs = []
+    for round_, fused_tok_s in ((1, 175), (2, 175), (3, 175), (4, 120)):
+        cases = [
+            _genai_case("fused", "a", [60 + d for d in spread], [fused_tok_s + d for d in spread], "t-a"),
+            _genai_case("raw", "a", [100 + d for d in spread], [100 + d for d in spread], "t-a"),
+        ]
+        runs.append({"wheel": "A", "round": round_, "cases": cases})
+    document: dict[str, Any] = {"wheels": [{"id": "A", "label": "ours"}], "host": {"platform": "linux"}, "runs": runs}
+    (row,) = report.summarize(document)["fused_vs_raw"]
+    decode = row["decode_tok_s"]
+    assert decode["resampled"] == "rounds and requests"
+    assert decode["ratio"] == pytest.approx(1.75, abs=0.002)
+    low, high = decode["ci"]
+    assert low < 1.5  # a bootstrap of the pooled requests stays above 1.74
+    assert high > 1.7
+    assert row["ttft_ms"]["ci"] == pytest.approx([0.6, 0.6], abs=0.003)  # alike in every round: narrow
 
 
 def _one_run_document(cases: list[dict[str, Any]], *, label: str, environment: dict[str, Any]) -> dict[str, Any]:
