@@ -60,12 +60,11 @@ def bootstrap_ratio(
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of median(b) / median(a)."""
     rng = random.Random(seed)
-    ratios = sorted(
+    ratios = [
         statistics.median(rng.choices(b, k=len(b))) / statistics.median(rng.choices(a, k=len(a)))
         for _ in range(resamples)
-    )
-    tail = (1 - confidence) / 2
-    return ratios[int(tail * (resamples - 1))], ratios[int((1 - tail) * (resamples - 1))]
+    ]
+    return _percentile_interval(ratios, confidence)
 
 
 def bootstrap_ratio_by_rounds(
@@ -90,9 +89,7 @@ def bootstrap_ratio_by_rounds(
         a = [x for r in picks for x in rng.choices(a_rounds[r], k=len(a_rounds[r]))]
         b = [x for r in picks for x in rng.choices(b_rounds[r], k=len(b_rounds[r]))]
         ratios.append(statistics.median(b) / statistics.median(a))
-    ratios.sort()
-    tail = (1 - confidence) / 2
-    return ratios[int(tail * (resamples - 1))], ratios[int((1 - tail) * (resamples - 1))]
+    return _percentile_interval(ratios, confidence)
 
 
 def compare(
@@ -154,6 +151,11 @@ def bootstrap_interval(
             values.append(value)
     if not values:
         return math.nan, math.nan
+    return _percentile_interval(values, confidence)
+
+
+def _percentile_interval(values: list[float], confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` share of the bootstrap statistics ``values`` (sorted here): its two ends."""
     values.sort()
     tail = (1 - confidence) / 2
     return values[int(tail * (len(values) - 1))], values[int((1 - tail) * (len(values) - 1))]
