@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import onnxruntime
 import pytest
+from onnx import TensorProto, helper
 
 from wheel_bench import gpu_time, report
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 
@@ -152,3 +156,28 @@ def test_the_paged_table_gives_the_norms_gpu_time_against_norm_off() -> None:
     assert "gpu_x_base" not in rows["norm_off"]
     lines = report._kernel_lines(list(rows.values()), columns=("phase", "variant"))
     assert "| A | decode | norm | `PagedAttention&Norm` | 2.0 |" in lines
+
+
+def _relu_model() -> bytes:
+    x, y = (helper.make_tensor_value_info(name, TensorProto.FLOAT, [4]) for name in ("x", "y"))
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    return bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize(("ep_kind", "cause"), [("builtin", "timestamp-query"), ("plugin", "does not implement")])
+def test_a_real_profile_without_dispatches_names_the_cause_of_its_ep(ep_kind: str, cause: str) -> None:
+    """A real onnxruntime profile with no dispatch in it (as a plugin EP's is): the reason given
+    depends on the kind of WebGPU EP that ran it."""
+    model = _relu_model()
+
+    def open_session(prefix: str) -> tuple[Any, Callable[[], object]]:
+        options = onnxruntime.SessionOptions()
+        options.enable_profiling = True
+        options.profile_file_prefix = prefix
+        session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        return session, lambda: session.run(None, {"x": np.ones(4, dtype=np.float32)})
+
+    error = gpu_time.measure(ep_kind, open_session, warmups=1, requests=2)["error"]
+    assert error.startswith("the profile has no GPU dispatch events (")
+    assert cause in error

@@ -8,8 +8,8 @@ case again; its events are cut into runs by count (every run of a case dispatche
 and the first runs, which compile pipelines, are dropped. With graph capture on, onnxruntime 1.30.0's
 EP times the replays (``WebGpuContext::Replay`` restores each captured dispatch's profiling entry) and
 not the capturing run, which is replayed once within the same run: one run still gives one set of
-dispatch events. An EP that does not time replays gives no events or uneven runs, and the CPU EP has
-no dispatches: such cases say so instead.
+dispatch events. An EP that does not time replays gives no events or uneven runs, the WebGPU plugin EP
+writes no dispatch events at all, and the CPU EP has no dispatches: such cases say so instead.
 """
 
 from __future__ import annotations
@@ -45,6 +45,19 @@ class NoKernelTimes(Exception):  # noqa: N818 - a reason, carried to the results
     """Why a profile gave no per-run GPU times."""
 
 
+class NoDispatchEvents(NoKernelTimes):
+    """The profile holds no dispatch at all: why depends on the EP that ran it."""
+
+
+NO_EVENTS_CAUSE = {
+    "builtin": "no timestamp-query support on this adapter?",
+    # onnxruntime's C API lets a plugin EP add events through an OrtEpProfilerImpl; the WebGPU plugin
+    # (core/providers/webgpu/ep/) implements none, so its dispatches never reach the session's profile.
+    "plugin": "a plugin EP's dispatches reach the session's profile only through its own EP profiler, "
+    "which the WebGPU plugin does not implement",
+}
+
+
 def kernel_events(profile: Path | list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The WebGPU EP's dispatch events of an onnxruntime profile (its file or its events), in the order
     it wrote them."""
@@ -55,8 +68,8 @@ def kernel_events(profile: Path | list[dict[str, Any]]) -> list[dict[str, Any]]:
 def per_run(events: list[dict[str, Any]], runs: int, *, skip: int) -> KernelTimes:
     """Split ``events`` of ``runs`` runs into equal runs, drop the first ``skip``, sum each run."""
     if not events:
-        msg = "the profile has no GPU dispatch events (no timestamp-query support on this adapter?)"
-        raise NoKernelTimes(msg)
+        msg = "the profile has no GPU dispatch events"
+        raise NoDispatchEvents(msg)
     if len(events) % runs:
         msg = f"{len(events)} dispatch events do not split into {runs} equal runs"
         raise NoKernelTimes(msg)
@@ -99,6 +112,8 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         try:
             times = profile_runs(open_session, Path(tmp) / "profile", runs=skip + requests, skip=skip)
+        except NoDispatchEvents as exc:
+            return {"error": f"{exc} ({NO_EVENTS_CAUSE[ep_kind]})"}
         except NoKernelTimes as exc:
             return {"error": str(exc)}
     return times.as_dict()
