@@ -666,3 +666,54 @@ def test_a_webgpu_option_without_a_value_is_a_usage_error(run_ortstack: RunOrtst
     result = run_ortstack("bench", "--ep=webgpu", "--webgpu-option=validationMode")
     assert result.returncode == 2, result.stderr
     assert "expected NAME=VALUE, got 'validationMode'" in result.stderr
+
+
+RECORDED = (
+    PYTHON_SRC / "wheel_bench/results/h200-main-89b01b40/webgpu-955e0a87b4/rounds-1.27/rounds12-m1024-ours-vs-1.27"
+)
+
+
+def test_report_from_summarizes_a_recorded_bench_again_and_keeps_its_runs(
+    tmp_path: Path, run_ortstack: RunOrtstack
+) -> None:
+    """A recorded H200 bench (twelve rounds, the EP's GPU time per run) with its summary dropped:
+    ``--report-from`` summarizes its runs again, GPU time A/B rows among them."""
+    recorded = json.loads((RECORDED / "bench.json").read_text(encoding="utf-8"))
+    del recorded["summary"]
+    out = tmp_path / "bench"
+    out.mkdir()
+    (out / "bench.json").write_text(json.dumps(recorded), encoding="utf-8")
+
+    result = run_ortstack("bench", "--report-from", out)
+    assert result.returncode == 0, result.stderr
+
+    rewritten = json.loads((out / "bench.json").read_text(encoding="utf-8"))
+    assert rewritten["runs"] == recorded["runs"]
+    key = "base/M=1024/K=4096/L=16"
+    row = next(r for r in rewritten["summary"]["rows"] if r["key"] == key and r["metric"] == "gpu_us")
+
+    def gpu_runs(wheel: str) -> list[float]:
+        runs = [r for r in recorded["runs"] if r["wheel"] == wheel]
+        return [us for run in runs for case in run["cases"] if case["key"] == key for us in case["gpu"]["run_us"]]
+
+    assert row["wheels"]["A"]["n"] == len(gpu_runs("A")) == 12 * 20
+    expected = statistics.median(gpu_runs("B")) / statistics.median(gpu_runs("A"))
+    assert row["b_over_a"]["ratio"] == pytest.approx(expected)
+    assert row["b_over_a"]["resampled"] == "rounds and requests"
+    assert len(row["b_over_a_by_round"]) == 12
+    markdown = (out / "bench.md").read_text(encoding="utf-8")
+    assert f"| {key} | gpu_us | " in markdown
+    assert "gpu_us: the case's dispatches per run" in markdown
+
+
+def test_report_from_refuses_what_is_not_a_bench_and_changes_nothing(tmp_path: Path, run_ortstack: RunOrtstack) -> None:
+    assert "no such file" in one_error(run_ortstack("bench", "--report-from", tmp_path / "nowhere"), 2)
+    other = tmp_path / "other.json"
+    other.write_text('{"schema": 2, "runs": []}', encoding="utf-8")
+    assert "not a bench result" in one_error(run_ortstack("bench", "--report-from", other), 2)
+    assert other.read_text(encoding="utf-8") == '{"schema": 2, "runs": []}'
+    torn = tmp_path / "torn.json"
+    torn.write_text('{"schema": 1, "wheels": [', encoding="utf-8")
+    assert "not a bench result" in one_error(run_ortstack("bench", "--report-from", torn), 2)
+    assert not (tmp_path / "bench.md").exists()
+    assert "takes no --wheel" in one_error(run_ortstack("bench", "--report-from", other, "--wheel", "a.whl"), 2)

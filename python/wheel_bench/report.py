@@ -45,6 +45,8 @@ def _samples_by_round(document: dict[str, Any]) -> RoundSamples:
                 metrics["ms"][run["round"]] += case["samples_ms"]
                 # absent from results written before it
                 metrics["host_cpu_ms"][run["round"]] += case.get("host_cpu_ms", [])
+                # The profiled session's GPU time per run (absent where the EP gives none).
+                metrics["gpu_us"][run["round"]] += case.get("gpu", {}).get("run_us", [])
             else:
                 metrics["ttft_ms"][run["round"]] += case["ttft_ms"]
                 metrics["decode_tok_s"][run["round"]] += case["decode_tok_s"]
@@ -99,8 +101,10 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
         if "error" in case:
             rows.append({"key": key, "level": case["level"], "error": case["error"]})
             continue
-        metrics = ["ms"] if case["level"] in TIMED_LEVELS else ["ttft_ms", "decode_tok_s"]
+        metrics = ["ms", "gpu_us"] if case["level"] in TIMED_LEVELS else ["ttft_ms", "decode_tok_s"]
         for metric in metrics:
+            if metric == "gpu_us" and not any(samples.get((wheel, key), {}).get(metric) for wheel in wheels):
+                continue
             row: dict[str, Any] = {"key": key, "level": case["level"], "metric": metric, "wheels": {}}
             for wheel in wheels:
                 values = samples.get((wheel, key), {}).get(metric)
@@ -531,6 +535,12 @@ def markdown(document: dict[str, Any]) -> str:
                 "a difference some rounds show and others do not is no difference."
                 if any(r["b_over_a"].get("resampled") == "rounds and requests" for r in ab_rows)
                 else ""
+            )
+            + (
+                " gpu_us: the case's dispatches per run, timed by the EP's profiler in a profiled session of each "
+                "worker: the kernels without a run's fixed cost."
+                if any(r["metric"] == "gpu_us" for r in ab_rows)
+                else ""
             ),
             "",
             "| case | metric | A | B | B/A | 95 % interval | verdict | B/A by round |",
@@ -539,8 +549,10 @@ def markdown(document: dict[str, Any]) -> str:
         for r in ab_rows:
             c = r["b_over_a"]
             by_round = " ".join(f"{x:.3f}" for x in r.get("b_over_a_by_round", [])) or "-"
+            digits = 1 if r["metric"] == "gpu_us" else 2
             lines.append(
-                f"| {r['key']} | {r['metric']} | {_spread(r['wheels']['A'], 2)} | {_spread(r['wheels']['B'], 2)} | "
+                f"| {r['key']} | {r['metric']} | {_spread(r['wheels']['A'], digits)} | "
+                f"{_spread(r['wheels']['B'], digits)} | "
                 f"{c['ratio']:.3f} | {c['ci_low']:.3f}-{c['ci_high']:.3f} | {c['verdict']} | {by_round} |"
             )
         lines.append("")

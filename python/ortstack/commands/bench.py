@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ortstack import log
 from ortstack.commands import add_genai_version_option, add_install_options, install_args
+from ortstack.errors import UsageError
 from ortstack.suites import bench
 
 if TYPE_CHECKING:
@@ -177,6 +178,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--builder-python", type=Path, help="interpreter with torch/transformers for the model build")
     add_genai_version_option(parser)
     parser.add_argument("--bandwidth-gbs", type=float, help="device bandwidth for the floor column")
+    parser.add_argument(
+        "--report-from",
+        type=Path,
+        metavar="DIR",
+        help="measure nothing: summarize the finished bench in DIR (its --out, or its bench.json) again and rewrite "
+        "its report with this version's analysis; its measured runs are kept",
+    )
     add_install_options(parser)
 
 
@@ -228,9 +236,17 @@ def options_from_args(args: argparse.Namespace, config: Settings) -> bench.Bench
 
 
 def main(args: argparse.Namespace, config: Settings) -> int:
-    options = options_from_args(args, config)
-    paths = bench.run(options, config.env)
+    if args.report_from is not None:
+        if args.wheel:
+            msg = "--report-from measures nothing, so it takes no --wheel"
+            raise UsageError(msg, tip="ortstack bench --report-from DIR (the wheels are those DIR's bench measured)")
+        paths = bench.rewrite_report(args.report_from, bandwidth_gbs=args.bandwidth_gbs)
+        done = f"report rewritten from {paths['json']}"
+    else:
+        options = options_from_args(args, config)
+        paths = bench.run(options, config.env)
+        done = f"bench written to {options.out_dir}"
     for kind, path in paths.items():
         log.info(f"{kind}: {path}")
-    log.success(f"bench written to {options.out_dir}")
+    log.success(done)
     return 0

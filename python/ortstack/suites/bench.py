@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import wheel_bench
 from ortstack import _run, log
 from ortstack.errors import ConfigError, SuiteError, UsageError
+from ortstack.lockfile import write_atomic
 from ortstack.suites import genai_choice, packages, venv, vulkan
 from wheel_bench import report
 
@@ -451,3 +452,31 @@ def run(options: BenchOptions, env: Mapping[str, str]) -> dict[str, Path]:
     }
     document["summary"] = report.summarize(document, bandwidth_gbs=options.bandwidth_gbs)
     return report.write(document, options.out_dir, with_plots=plotting)
+
+
+def rewrite_report(where: Path, *, bandwidth_gbs: float | None = None) -> dict[str, Path]:
+    """Summarize a finished bench again from its ``bench.json`` (``where`` is the file or its folder)
+    and rewrite its report with this version's analysis: the measured runs are kept as they are."""
+    path = where / "bench.json" if where.is_dir() else where
+    tip = "give the --out folder of a finished `ortstack bench`, or its bench.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        msg = f"{path}: no such file"
+        raise UsageError(msg, tip=tip) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        msg = f"{path}: not a bench result ({exc})"
+        raise UsageError(msg, tip=tip) from None
+    if not isinstance(document, dict) or document.get("schema") != 1 or not {"wheels", "runs"} <= document.keys():
+        msg = f"{path}: not a bench result (expected schema 1 with wheels and runs)"
+        raise UsageError(msg, tip=tip)
+    document["summary"] = report.summarize(document, bandwidth_gbs=bandwidth_gbs)
+    paths = {"json": path, "markdown": path.with_name("bench.md")}
+    # Replaced whole, never torn: bench.json holds the only copy of the measurements.
+    write_atomic(paths["json"], json.dumps(document, indent=1).encode())
+    write_atomic(paths["markdown"], report.markdown(document).encode())
+    if importlib.util.find_spec("matplotlib") is None:
+        log.warn(f"matplotlib is not installed in {sys.executable}: the plots were left as they were ({PLOTS_TIP})")
+    else:
+        paths |= {f"png{index}": png for index, png in enumerate(report.plots(document, path.parent))}
+    return paths
