@@ -717,3 +717,8 @@ def test_report_from_refuses_what_is_not_a_bench_and_changes_nothing(tmp_path: P
     assert "not a bench result" in one_error(run_ortstack("bench", "--report-from", torn), 2)
     assert not (tmp_path / "bench.md").exists()
     assert "takes no --wheel" in one_error(run_ortstack("bench", "--report-from", other, "--wheel", "a.whl"), 2)
+    odd = tmp_path / "odd.json"
+    odd.write_text('{"schema": 1, "wheels": [{"id": "A"}], "runs": [{"wheel": "A"}]}', encoding="utf-8")
+    assert "cannot read (KeyError" in one_error(run_ortstack("bench", "--report-from", odd), 2)
+    assert odd.read_text(encoding="utf-8") == '{"schema": 1, "wheels": [{"id": "A"}], "runs": [{"wheel": "A"}]}'
+    assert not (tmp_path / "bench.md").exists()

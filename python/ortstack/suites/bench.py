@@ -470,11 +470,16 @@ def rewrite_report(where: Path, *, bandwidth_gbs: float | None = None) -> dict[s
     if not isinstance(document, dict) or document.get("schema") != 1 or not {"wheels", "runs"} <= document.keys():
         msg = f"{path}: not a bench result (expected schema 1 with wheels and runs)"
         raise UsageError(msg, tip=tip)
-    document["summary"] = report.summarize(document, bandwidth_gbs=bandwidth_gbs)
+    try:
+        document["summary"] = report.summarize(document, bandwidth_gbs=bandwidth_gbs)
+        markdown = report.markdown(document)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        msg = f"{path}: a bench result this version cannot read ({type(exc).__name__}: {exc}); nothing was written"
+        raise UsageError(msg, tip="rewrite it with the ortstack version that wrote it") from None
     paths = {"json": path, "markdown": path.with_name("bench.md")}
     # Replaced whole, never torn: bench.json holds the only copy of the measurements.
     write_atomic(paths["json"], json.dumps(document, indent=1).encode())
-    write_atomic(paths["markdown"], report.markdown(document).encode())
+    write_atomic(paths["markdown"], markdown.encode())
     if importlib.util.find_spec("matplotlib") is None:
         log.warn(f"matplotlib is not installed in {sys.executable}: the plots were left as they were ({PLOTS_TIP})")
     else:
