@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import TYPE_CHECKING
 
 import pytest
@@ -133,6 +135,23 @@ def test_lock_trust_on_first_use(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--locked forbids resolving it"):
         locked.resolve("https://example.invalid/b.tar.gz", SHA256, what="sha256 of b.tar.gz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stack.lock"]  # no temporary files left
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_files_written_atomically_keep_their_mode_and_new_ones_follow_the_umask(tmp_path: Path) -> None:
+    """The temporary file a write goes through is 0600: the file it replaces must not become so."""
+    shared = tmp_path / "stack.lock"
+    shared.write_text("", encoding="utf-8")
+    shared.chmod(0o640)
+    lockfile.write_atomic(shared, b"x = 1\n")
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o640
+    old_mask = os.umask(0o027)
+    try:
+        lockfile.write_atomic(tmp_path / "new.lock", b"")
+    finally:
+        os.umask(old_mask)
+    assert stat.S_IMODE((tmp_path / "new.lock").stat().st_mode) == 0o640
+    assert shared.read_bytes() == b"x = 1\n"
 
 
 def test_settings_chain(tmp_path: Path) -> None:
