@@ -708,6 +708,9 @@ def test_report_from_summarizes_a_recorded_bench_again_and_keeps_its_runs(
 
 def test_report_from_refuses_what_is_not_a_bench_and_changes_nothing(tmp_path: Path, run_ortstack: RunOrtstack) -> None:
     assert "no such file" in one_error(run_ortstack("bench", "--report-from", tmp_path / "nowhere"), 2)
+    odd_dir = tmp_path / "bench"
+    (odd_dir / "bench.json").mkdir(parents=True)  # a folder where the file should be
+    assert "cannot be read" in one_error(run_ortstack("bench", "--report-from", odd_dir), 2)
     other = tmp_path / "other.json"
     other.write_text('{"schema": 2, "runs": []}', encoding="utf-8")
     assert "not a bench result" in one_error(run_ortstack("bench", "--report-from", other), 2)

@@ -464,6 +464,9 @@ def rewrite_report(where: Path, *, bandwidth_gbs: float | None = None) -> dict[s
     except FileNotFoundError:
         msg = f"{path}: no such file"
         raise UsageError(msg, tip=tip) from None
+    except OSError as exc:
+        msg = f"{path}: cannot be read ({exc.strerror})"
+        raise UsageError(msg, tip=tip) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         msg = f"{path}: not a bench result ({exc})"
         raise UsageError(msg, tip=tip) from None
