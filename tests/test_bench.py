@@ -459,6 +459,60 @@ def test_drawing_rounds_widens_the_interval_by_what_moved_between_rounds() -> No
     assert two_rounds.resampled == "requests"  # two rounds are too few to draw from
 
 
+def _round(median: float, requests: int = 20) -> list[float]:
+    """A round's requests, spread evenly over ``median`` ± 2 % (an interquartile range of about 2 %)."""
+    return [median * (0.98 + 0.04 * i / (requests - 1)) for i in range(requests)]
+
+
+def test_rounds_in_two_process_states_are_told_from_rounds_that_agree() -> None:
+    """Round medians of 1.1 or 1.5 ms (each worker in one of two states, as at M = 1 on the H200) with
+    requests within 2 %: process level. The same spread within the rounds, or too few rounds: not."""
+    two_states = stats.RoundSpread.of([_round(m) for m in (1.1, 1.5, 1.5, 1.1, 1.5, 1.1)])
+    assert two_states.process_level
+    assert two_states.between == pytest.approx(0.4 / 1.3)
+    assert two_states.within == pytest.approx(0.02, rel=0.15)
+    agreeing = stats.RoundSpread.of([_round(m) for m in (1.30, 1.31, 1.29, 1.30, 1.32, 1.28)])
+    assert not agreeing.process_level
+    noisy_requests = stats.RoundSpread.of([[m * f for f in (0.6, 0.8, 1.0, 1.2, 1.4)] for m in (1.1, 1.5, 1.5, 1.1)])
+    assert noisy_requests.between > stats.PROCESS_STATE_SPREAD
+    assert not noisy_requests.process_level
+    assert not stats.RoundSpread.of([_round(m) for m in (1.1, 1.5, 1.5)]).process_level
+
+
+def test_the_ab_report_lists_the_round_medians_of_a_case_whose_rounds_are_process_states() -> None:
+    """Four rounds each: one case whose rounds sit at 1.1 or 1.5 ms, one whose rounds agree."""
+    medians = {"A": [1.1, 1.5, 1.5, 1.1], "B": [1.5, 1.1, 1.1, 1.5]}
+    steady = {"A": [5.0] * 4, "B": [5.1] * 4}
+
+    def case(key: str, median: float) -> dict[str, Any]:
+        return {
+            "level": "ops",
+            "key": key,
+            "variant": "base",
+            "m": 1,
+            "k": 64,
+            "layers": 16,
+            "adapter": True,
+            "capture": False,
+            "bytes_per_layer": 1000,
+            "samples_ms": _round(median),
+            "first_run_ms": 9.0,
+        }
+
+    runs = [
+        {"wheel": w, "round": r + 1, "cases": [case("states", medians[w][r]), case("steady", steady[w][r])]}
+        for r in range(4)
+        for w in "AB"
+    ]
+    summary = report.summarize({"host": {}, "wheels": [{"id": "A"}, {"id": "B"}], "runs": runs})
+    rows = {r["key"]: r for r in summary["rows"]}
+    assert rows["states"]["round_spread"]["A"]["process_level"]
+    assert not rows["steady"]["round_spread"]["B"]["process_level"]
+    lines = report._process_level_lines([r for r in summary["rows"] if "b_over_a" in r])
+    assert "| states | ms | A | 1.10 1.50 1.50 1.10 | 31% | 2% |" in lines
+    assert not any(line.startswith("| steady |") for line in lines)
+
+
 def _paged_result(variant: str, layers: int, samples: list[float], phase: str = "decode") -> dict[str, object]:
     case = _paged_case(variant, layers=layers, phase=phase)
     described = {

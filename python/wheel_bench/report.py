@@ -15,7 +15,16 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from wheel_bench.stats import Spread, bootstrap_interval, compare, marginal, ratio
+from wheel_bench.stats import (
+    PROCESS_STATE_FACTOR,
+    PROCESS_STATE_SPREAD,
+    RoundSpread,
+    Spread,
+    bootstrap_interval,
+    compare,
+    marginal,
+    ratio,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -120,6 +129,9 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
                     statistics.median(b_round) / statistics.median(a_round)
                     for a_round, b_round in zip(*rounds, strict=True)
                 ]
+                row["round_spread"] = {
+                    wheel: RoundSpread.of(by_wheel).as_dict() for wheel, by_wheel in zip(wheels, rounds, strict=True)
+                }
             rows.append(row)
     return {
         "bandwidth_gbs": bandwidth,
@@ -556,6 +568,7 @@ def markdown(document: dict[str, Any]) -> str:
                 f"{c['ratio']:.3f} | {c['ci_low']:.3f}-{c['ci_high']:.3f} | {c['verdict']} | {by_round} |"
             )
         lines.append("")
+        lines += _process_level_lines(ab_rows)
     errors = [
         f"- {run['wheel']}{run['round']} {case['key']}: {case['error'].strip()}"
         for run in document["runs"]
@@ -578,6 +591,35 @@ def markdown(document: dict[str, Any]) -> str:
     ]
     lines += [f"| {r['wheel']} | {r['round']} | {r['key']} | {_fmt(r['first_ms'])} |" for r in summary["cold_vs_warm"]]
     return "\n".join(lines) + "\n"
+
+
+def _process_level_lines(ab_rows: list[dict[str, Any]]) -> list[str]:
+    """The A/B rows whose round medians spread far beyond the requests within a round, with each
+    wheel's round medians: what the worker processes did, which more rounds average and more requests
+    per round do not."""
+    rows = [r for r in ab_rows if any(s["process_level"] for s in r.get("round_spread", {}).values())]
+    if not rows:
+        return []
+    note = (
+        "Rounds that differ far more than their requests (round medians spread over more than "
+        f"{PROCESS_STATE_SPREAD:.0%} of their median and {PROCESS_STATE_FACTOR:g} times a round's interquartile "
+        "range): each worker process settled in a state of its own, so the interval is as wide as those states "
+        "are unevenly drawn; more rounds narrow it, more requests per round do not."
+    )
+    lines = [
+        note,
+        "",
+        "| case | metric | wheel | round medians | between rounds | within a round (IQR) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        for wheel, spread in r["round_spread"].items():
+            medians = " ".join(_fmt(m, 2) for m in spread["medians"])
+            lines.append(
+                f"| {r['key']} | {r['metric']} | {wheel} | {medians} | {spread['between']:.0%} | "
+                f"{spread['within']:.0%} |"
+            )
+    return [*lines, ""]
 
 
 def _kernel_lines(

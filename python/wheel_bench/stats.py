@@ -118,6 +118,51 @@ def compare(
     return Comparison(ratio=ratio, ci_low=low, ci_high=high, verdict=verdict, resampled=resampled)
 
 
+PROCESS_STATE_SPREAD = 0.10
+"""Round medians spread over this fraction of their median, and"""
+PROCESS_STATE_FACTOR = 3.0
+"""this many times the spread within a round, say the worker processes differ, not their requests."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundSpread:
+    """How one wheel's round medians spread against the spread of requests within a round."""
+
+    medians: list[float]
+    """Each round's median."""
+    between: float
+    """(max - min) / median of the round medians."""
+    within: float
+    """The median over rounds of a round's interquartile range / its median."""
+
+    @classmethod
+    def of(cls, rounds: Sequence[Sequence[float]]) -> RoundSpread:
+        medians = [statistics.median(r) for r in rounds]
+        within = statistics.median(_iqr(r) / statistics.median(r) for r in rounds)
+        between = (max(medians) - min(medians)) / statistics.median(medians)
+        return cls(medians=medians, between=between, within=within)
+
+    @property
+    def process_level(self) -> bool:
+        """Whether the rounds differ far more than their requests: each worker process settles in a state
+        of its own, so more rounds narrow an interval and more requests per round do not."""
+        return (
+            len(self.medians) >= MIN_ROUNDS_TO_RESAMPLE
+            and self.between > PROCESS_STATE_SPREAD
+            and self.between > PROCESS_STATE_FACTOR * self.within
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"process_level": self.process_level}
+
+
+def _iqr(samples: Sequence[float]) -> float:
+    if len(samples) < 2:  # quartiles need two samples
+        return 0.0
+    low, _, high = statistics.quantiles(samples, n=4)
+    return high - low
+
+
 def marginal(long: Sequence[float], one: Sequence[float], layers: int) -> float:
     """The cost of one more layer: (median(t_L) - median(t_1)) / (L - 1), without the fixed cost of a run."""
     return (statistics.median(long) - statistics.median(one)) / (layers - 1)
