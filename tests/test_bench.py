@@ -459,9 +459,10 @@ def test_drawing_rounds_widens_the_interval_by_what_moved_between_rounds() -> No
     assert two_rounds.resampled == "requests"  # two rounds are too few to draw from
 
 
-def _round(median: float, requests: int = 20) -> list[float]:
-    """A round's requests, spread evenly over ``median`` ± 2 % (an interquartile range of about 2 %)."""
-    return [median * (0.98 + 0.04 * i / (requests - 1)) for i in range(requests)]
+def _round(median: float, requests: int = 20, spread: float = 0.02) -> list[float]:
+    """A round's requests, spread evenly over ``median`` ± ``spread`` (an interquartile range of about
+    ``spread``)."""
+    return [median * (1 - spread + 2 * spread * i / (requests - 1)) for i in range(requests)]
 
 
 def test_rounds_in_two_process_states_are_told_from_rounds_that_agree() -> None:
@@ -479,38 +480,65 @@ def test_rounds_in_two_process_states_are_told_from_rounds_that_agree() -> None:
     assert not stats.RoundSpread.of([_round(m) for m in (1.1, 1.5, 1.5)]).process_level
 
 
-def test_the_ab_report_lists_the_round_medians_of_a_case_whose_rounds_are_process_states() -> None:
-    """Four rounds each: one case whose rounds sit at 1.1 or 1.5 ms, one whose rounds agree."""
-    medians = {"A": [1.1, 1.5, 1.5, 1.1], "B": [1.5, 1.1, 1.1, 1.5]}
-    steady = {"A": [5.0] * 4, "B": [5.1] * 4}
+def _ops_case(key: str, samples: list[float]) -> dict[str, Any]:
+    return {
+        "level": "ops",
+        "key": key,
+        "variant": "base",
+        "m": 1,
+        "k": 64,
+        "layers": 16,
+        "adapter": True,
+        "capture": False,
+        "bytes_per_layer": 1000,
+        "samples_ms": samples,
+        "first_run_ms": 9.0,
+    }
 
-    def case(key: str, median: float) -> dict[str, Any]:
-        return {
-            "level": "ops",
-            "key": key,
-            "variant": "base",
-            "m": 1,
-            "k": 64,
-            "layers": 16,
-            "adapter": True,
-            "capture": False,
-            "bytes_per_layer": 1000,
-            "samples_ms": _round(median),
-            "first_run_ms": 9.0,
-        }
 
+def _ab_summary(medians: dict[str, dict[str, list[float]]], **requests: Any) -> dict[str, Any]:
+    """The summary of an A/B whose cases (key -> wheel -> round medians) ran in as many rounds as given,
+    each round's requests made by ``_round(median, **requests)``."""
+    rounds = len(next(iter(medians.values()))["A"])
     runs = [
-        {"wheel": w, "round": r + 1, "cases": [case("states", medians[w][r]), case("steady", steady[w][r])]}
-        for r in range(4)
+        {
+            "wheel": w,
+            "round": r + 1,
+            "cases": [_ops_case(key, _round(by_wheel[w][r], **requests)) for key, by_wheel in medians.items()],
+        }
+        for r in range(rounds)
         for w in "AB"
     ]
-    summary = report.summarize({"host": {}, "wheels": [{"id": "A"}, {"id": "B"}], "runs": runs})
+    return report.summarize({"host": {}, "wheels": [{"id": "A"}, {"id": "B"}], "runs": runs})
+
+
+def test_the_ab_report_lists_the_round_medians_of_a_case_whose_rounds_are_process_states() -> None:
+    """Four rounds each: one case whose rounds sit at 1.1 or 1.5 ms, one whose rounds agree."""
+    summary = _ab_summary(
+        {"states": {"A": [1.1, 1.5, 1.5, 1.1], "B": [1.5, 1.1, 1.1, 1.5]}, "steady": {"A": [5.0] * 4, "B": [5.1] * 4}}
+    )
     rows = {r["key"]: r for r in summary["rows"]}
     assert rows["states"]["round_spread"]["A"]["process_level"]
     assert not rows["steady"]["round_spread"]["B"]["process_level"]
     lines = report._process_level_lines([r for r in summary["rows"] if "b_over_a" in r])
     assert "| states | ms | A | 1.10 1.50 1.50 1.10 | 31% | 2% |" in lines
     assert not any(line.startswith("| steady |") for line in lines)
+
+
+def test_two_rounds_whose_own_ratios_leave_the_interval_are_marked() -> None:
+    """Two rounds draw requests only: many requests spread ±20 %, B equal to A in one round and 10 %
+    slower in the other, pool into an interval near 1.05 that neither round's ratio lies in; a case whose
+    rounds agree is not marked; four rounds draw rounds, and their interval is not marked either."""
+    many = {"requests": 200, "spread": 0.2}
+    moved, agreed = {"A": [1.0, 1.0], "B": [1.0, 1.1]}, {"A": [1.0, 1.0], "B": [1.1, 1.1]}
+    rows = {r["key"]: r for r in _ab_summary({"moved": moved, "agreed": agreed}, **many)["rows"]}
+    assert rows["moved"]["b_over_a_by_round"] == pytest.approx([1.0, 1.1])
+    assert 1.01 < rows["moved"]["b_over_a"]["ci_low"] <= rows["moved"]["b_over_a"]["ci_high"] < 1.09
+    assert report._rounds_disagree(rows["moved"])
+    assert not report._rounds_disagree(rows["agreed"])
+    four = _ab_summary({"moved": {"A": [1.0] * 4, "B": [1.0, 1.1, 1.0, 1.1]}}, **many)
+    assert four["rows"][0]["b_over_a"]["resampled"] == "rounds and requests"
+    assert not report._rounds_disagree(four["rows"][0])
 
 
 def _paged_result(variant: str, layers: int, samples: list[float], phase: str = "decode") -> dict[str, object]:

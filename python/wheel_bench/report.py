@@ -35,6 +35,9 @@ TIMED_LEVELS = ("ops", "paged")
 """Levels whose cases carry ``samples_ms`` of whole runs (the genai level carries TTFT and tokens/s)."""
 NOT_AS_NAMED = "none: the graphs are not fused and raw"
 """The fused / raw verdict where a graph check failed (see ``genai_run.graph_check``)."""
+ROUNDS_DISAGREE = "rounds disagree"
+"""Marks an A/B verdict whose interval could not see what moved between rounds (``_rounds_disagree``)."""
+ROUNDS_DISAGREE_SLACK = 0.01
 NORM_BUDGET = 1.10
 """The Q/K norm's budget: a node with norm may cost at most 10 % more than without."""
 
@@ -553,6 +556,14 @@ def markdown(document: dict[str, Any]) -> str:
                 "worker: the kernels without a run's fixed cost."
                 if any(r["metric"] == "gpu_us" for r in ab_rows)
                 else ""
+            )
+            + (
+                f" {ROUNDS_DISAGREE}: a round's own B/A lies more than {ROUNDS_DISAGREE_SLACK:.0%} outside an "
+                "interval that drew requests only, so the "
+                "interval is narrower than what moved between worker processes; more rounds (`--rounds 6`) let "
+                "it draw them."
+                if any(_rounds_disagree(r) for r in ab_rows)
+                else ""
             ),
             "",
             "| case | metric | A | B | B/A | 95 % interval | verdict | B/A by round |",
@@ -565,7 +576,8 @@ def markdown(document: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['key']} | {r['metric']} | {_spread(r['wheels']['A'], digits)} | "
                 f"{_spread(r['wheels']['B'], digits)} | "
-                f"{c['ratio']:.3f} | {c['ci_low']:.3f}-{c['ci_high']:.3f} | {c['verdict']} | {by_round} |"
+                f"{c['ratio']:.3f} | {c['ci_low']:.3f}-{c['ci_high']:.3f} | {c['verdict']}"
+                f"{'; ' + ROUNDS_DISAGREE if _rounds_disagree(r) else ''} | {by_round} |"
             )
         lines.append("")
         lines += _process_level_lines(ab_rows)
@@ -591,6 +603,16 @@ def markdown(document: dict[str, Any]) -> str:
     ]
     lines += [f"| {r['wheel']} | {r['round']} | {r['key']} | {_fmt(r['first_ms'])} |" for r in summary["cold_vs_warm"]]
     return "\n".join(lines) + "\n"
+
+
+def _rounds_disagree(row: dict[str, Any]) -> bool:
+    """Whether a round's own B/A falls outside an interval that resampled requests only (by more than
+    ``ROUNDS_DISAGREE_SLACK``: a tenth of a percent between two profiled rounds is no news)."""
+    comparison = row["b_over_a"]
+    low, high = comparison["ci_low"] - ROUNDS_DISAGREE_SLACK, comparison["ci_high"] + ROUNDS_DISAGREE_SLACK
+    return comparison.get("resampled") == "requests" and any(
+        not low <= x <= high for x in row.get("b_over_a_by_round", [])
+    )
 
 
 def _process_level_lines(ab_rows: list[dict[str, Any]]) -> list[str]:
