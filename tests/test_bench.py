@@ -541,6 +541,27 @@ def test_two_rounds_whose_own_ratios_leave_the_interval_are_marked() -> None:
     assert not report._rounds_disagree(four["rows"][0])
 
 
+def test_gpu_times_below_the_profilers_resolution_are_shown_not_compared() -> None:
+    """A kernel of under a microsecond reads 0 µs: its GPU row keeps its figures and takes no ratio;
+    the wall-time row of the same case is compared as ever."""
+    runs = []
+    for r in range(4):
+        for w in "AB":
+            case = _ops_case("tiny", _round(0.1))
+            case["gpu"] = {
+                "run_us": [0.0, 0.0, 1.0] if w == "A" else [1.0, 1.0, 2.0],
+                "by_program": {},
+                "dispatches": 1,
+            }
+            runs.append({"wheel": w, "round": r + 1, "cases": [case]})
+    summary = report.summarize({"host": {}, "wheels": [{"id": "A"}, {"id": "B"}], "runs": runs})
+    rows = {r["metric"]: r for r in summary["rows"]}
+    assert "below the timer's resolution" in rows["gpu_us"]["not_compared"]
+    assert "b_over_a" not in rows["gpu_us"]
+    assert rows["gpu_us"]["wheels"]["B"]["median"] == 1.0
+    assert rows["ms"]["b_over_a"]["ratio"] == pytest.approx(1.0)
+
+
 def _paged_result(variant: str, layers: int, samples: list[float], phase: str = "decode") -> dict[str, object]:
     case = _paged_case(variant, layers=layers, phase=phase)
     described = {

@@ -125,6 +125,11 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
             if len(row["wheels"]) == 2:
                 a, b = samples[(wheels[0], key)][metric], samples[(wheels[1], key)][metric]
                 rounds = _paired_rounds(by_round[(wheels[0], key)][metric], by_round[(wheels[1], key)][metric])
+                if min(statistics.median(r) for side in rounds for r in side) <= 0:
+                    # A dispatch shorter than the profiler's microsecond reads 0: no ratio to take.
+                    row["not_compared"] = "a round's median is 0 (below the timer's resolution)"
+                    rows.append(row)
+                    continue
                 comparison = compare(a, b, higher_is_better=metric == "decode_tok_s", rounds=rounds)
                 row["b_over_a"] = comparison.as_dict()
                 # Each round's own ratio: what the order of the wheels did to it, round by round.
