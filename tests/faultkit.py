@@ -49,11 +49,13 @@ FAULTS: dict[str, str] = {
     "tar-symlink-chain": "tar links that each stay inside but lead outside together",
     "tar-symlink-trailing-slash": "tar symlink named out/ (checked from inside out/, written beside it) to ../../x",
     "tar-duplicate-through-link": "tar member written twice, the second time through a link planted by the first",
+    "tar-symlink-dot-name": "tar symlink named a/. (the folder a itself) to ./.",
     "tar-long-name": "tar member whose name is longer than the file system allows",
     "zip-symlink-escape": "zip symlink to ../../x",
     "zip-symlink-chain": "zip links that each stay inside but lead outside together",
     "zip-duplicate-through-link": "zip member written twice, the second time through a link planted by the first",
     "zip-absolute": "zip member named /x",
+    "zip-dot-name": "zip file named a/. (the folder a itself)",
     # Sources that are not a source tree, archives that expand without end (test_faults_sources.py).
     "archive-corrupt-pinned": "a corrupt archive with its own (matching) sha256: one line, dropped from the cache",
     "archive-empty-tar": "a valid, empty tar: refused as holding no files, nothing kept or locked",

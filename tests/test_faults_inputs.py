@@ -124,6 +124,13 @@ CASES = [
     ),
     pytest.param(
         "tar",
+        [(f"{TOP}/a/.", "symlink", "./.")],  # found by test_properties: tarfile's fallback copy recursed
+        f"'{TOP}/a/.': a file or link named like a folder (a trailing /.)",
+        marks=fault("tar-symlink-dot-name"),
+        id="tar-dot-name",
+    ),
+    pytest.param(
+        "tar",
         THROUGH_LINK,
         f"'{TOP}/VERSION': the archive holds this name twice",
         marks=fault("tar-duplicate-through-link"),
@@ -170,6 +177,13 @@ CASES = [
         f"'{TOP}/VERSION': the archive holds this name twice",
         marks=fault("zip-duplicate-through-link"),
         id="zip-duplicate",
+    ),
+    pytest.param(
+        "zip",
+        [(f"{TOP}/a/.", "file", "evil")],
+        f"'{TOP}/a/.': a file or link named like a folder (a trailing /.)",
+        marks=fault("zip-dot-name"),
+        id="zip-dot-name",
     ),
     pytest.param(
         "zip",

@@ -140,6 +140,16 @@ def _check_link(label: str, name: str, target: str) -> None:
         raise _unsafe(label, name, f"symlink to {target!r} points outside the destination")
 
 
+def _check_not_named_like_a_folder(label: str, name: str) -> None:
+    """A file or link must not be named as a folder: ``out/`` is checked from inside ``out`` and written
+    beside it; ``a/.`` is ``a`` itself, and as a link to itself it sends tarfile's fallback copy round
+    and round (a RecursionError, not a refusal)."""
+    if name.endswith(("/", "\\")):
+        raise _unsafe(label, name, "a file or link named like a folder (a trailing /)")
+    if name.replace("\\", "/").rsplit("/", 1)[-1] == ".":
+        raise _unsafe(label, name, "a file or link named like a folder (a trailing /.)")
+
+
 def _check_unique(label: str, seen: set[str], name: str) -> None:
     key = posixpath.normpath(name.replace("\\", "/"))
     if key in seen:
@@ -232,8 +242,7 @@ def _check_tar_member(label: str, member: tarfile.TarInfo, seen: set[str], files
     """Refuse ``member`` before anything is written; ``seen`` and ``files`` gather the names so far."""
     _check_name(label, member.name)
     if not member.isdir():
-        if member.name.endswith(("/", "\\")):  # checked as a folder, written as a file or link beside it
-            raise _unsafe(label, member.name, "a file or link named like a folder (a trailing /)")
+        _check_not_named_like_a_folder(label, member.name)
         _check_unique(label, seen, member.name)
     if member.ischr() or member.isblk() or member.isfifo():
         raise _unsafe(label, member.name, "device file or FIFO")
@@ -289,6 +298,7 @@ def _extract_zip(archive: Path, dest: Path, tally: _Tally) -> str | None:
             for info in infos:
                 _check_name(label, info.filename)
                 if not info.is_dir():
+                    _check_not_named_like_a_folder(label, info.filename)
                     _check_unique(label, seen, info.filename)
                 if stat.S_ISLNK(info.external_attr >> 16):
                     _check_link(label, info.filename, _link_text(label, info.filename, bundle.read(info)))
