@@ -142,8 +142,8 @@ def _check_link(label: str, name: str, target: str) -> None:
 
 def _check_not_named_like_a_folder(label: str, name: str) -> None:
     """A file or link must not be named as a folder: ``out/`` is checked from inside ``out`` and written
-    beside it; ``a/.`` is ``a`` itself, and as a link to itself it sends tarfile's fallback copy round
-    and round (a RecursionError, not a refusal)."""
+    beside it; ``a/.`` is ``a`` itself, and as a link to itself over a folder ``a`` it sends tarfile's
+    fallback copy round and round (a RecursionError, not a refusal)."""
     if name.endswith(("/", "\\")):
         raise _unsafe(label, name, "a file or link named like a folder (a trailing /)")
     if name.replace("\\", "/").rsplit("/", 1)[-1] == ".":
