@@ -77,6 +77,10 @@ CHAIN = [  # each link stays inside on its own; followed one after the other the
     (f"{TOP}/a/b/c/d", "symlink", ".."),
     (f"{TOP}/a/b/c/d/escaped.txt", "file", "evil"),
 ]
+LATER_LINK = [  # x is inside when it is made; once a -> . is there too, a/a/.. is the destination's parent
+    (f"{TOP}/x", "symlink", "a/a/.."),
+    (f"{TOP}/a", "symlink", "."),
+]
 THROUGH_LINK = [(f"{TOP}/VERSION", "symlink", "VERSION_NUMBER"), (f"{TOP}/VERSION", "file", "overwritten\n")]
 LONG = "x" * 300
 DEEP = f"{TOP}/" + "d/" * 1900 + "f"
@@ -131,6 +135,13 @@ CASES = [
     ),
     pytest.param(
         "tar",
+        LATER_LINK,
+        f"'{TOP}/x': it leads outside the destination through a link extracted after it",
+        marks=fault("tar-symlink-out-through-a-later-link"),
+        id="tar-later-link",
+    ),
+    pytest.param(
+        "tar",
         THROUGH_LINK,
         f"'{TOP}/VERSION': the archive holds this name twice",
         marks=fault("tar-duplicate-through-link"),
@@ -177,6 +188,13 @@ CASES = [
         f"'{TOP}/VERSION': the archive holds this name twice",
         marks=fault("zip-duplicate-through-link"),
         id="zip-duplicate",
+    ),
+    pytest.param(
+        "zip",
+        LATER_LINK,
+        f"'{TOP}/x': it leads outside the destination through a link extracted after it",
+        marks=fault("zip-symlink-out-through-a-later-link"),
+        id="zip-later-link",
     ),
     pytest.param(
         "zip",

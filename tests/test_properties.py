@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from ortstack import config
 from ortstack.build import buildinfo
-from ortstack.errors import OrtstackError
+from ortstack.errors import OrtstackError, UnsafeArchiveError
 from ortstack.lockfile import Lock
 from ortstack.patches import patchfile, patchpaths
 from ortstack.source import archive
@@ -305,7 +305,11 @@ def make_zip(members: list[tuple[str, str, str]]) -> bytes:
 
 
 def extract_checked(sandbox: Path, data: bytes, suffix: str) -> None:
-    """Extract ``data`` into the sandbox's ``dest``: only ortstack's errors, nothing written beside it."""
+    """Extract ``data`` into the sandbox's ``dest``, emptied first (as fetch extracts into a new folder, and so
+    that a failure is the example's own, not the sum of the examples before it): only ortstack's errors,
+    nothing written beside it."""
+    shutil.rmtree(sandbox / "dest")
+    (sandbox / "dest").mkdir()
     source = sandbox / f"input{suffix}"
     source.write_bytes(data)
     before = outside_of_dest(sandbox)
@@ -540,3 +544,14 @@ def test_build_info_reader_gives_build_info_or_one_line(
         assert_one_line(error)
     else:
         assert json.loads(info.to_json())["ort_commit"] == info.ort_commit
+
+
+def test_a_link_to_itself_over_a_folder_already_there_is_refused(sandbox: Path) -> None:
+    """``extract`` writes into an existing folder: where ``a`` is already a folder, tarfile cannot make the
+    link ``a -> a`` and copies its target instead, which is the link again (a RecursionError before)."""
+    (sandbox / "dest" / "a").mkdir()
+    source = sandbox / "input.tar.gz"
+    source.write_bytes(make_tar([("a", "symlink", "a")]))
+    with pytest.raises(UnsafeArchiveError, match="one leads round to itself where a folder stands"):
+        archive.extract(source, sandbox / "dest")
+    assert (sandbox / "dest" / "a").is_dir()

@@ -164,6 +164,27 @@ def _inside(label: str, dest: Path, name: str, path: str) -> None:
         raise _unsafe(label, name, "it leads outside the destination through a link extracted before it")
 
 
+def _check_links_land_inside(label: str, dest: Path, links: list[tuple[str, str]]) -> None:
+    """Every extracted link (member name, name under ``dest``) must resolve inside ``dest`` with all of
+    them in place: a link is checked when it is made, and one made before a link it passes through
+    (``x -> a/a/..``, then ``a -> .``) read as inside then."""
+    root = os.path.realpath(dest)
+    for member, name in links:
+        path = os.path.join(dest, name)  # noqa: PTH118 - resolved as text, links and all
+        if not os.path.islink(path):  # noqa: PTH114 - the same path as text
+            continue
+        try:
+            resolved = os.path.realpath(path, strict=True)
+        except (FileNotFoundError, NotADirectoryError):  # dangling: judged by where it points
+            resolved = os.path.realpath(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a loop of links leads nowhere
+                continue
+            raise
+        if os.path.commonpath([root, resolved]) != root:
+            raise _unsafe(label, member, "it leads outside the destination through a link extracted after it")
+
+
 @contextmanager
 def _writing(label: str) -> Iterator[None]:
     """Turn a file system refusal while extracting into one line (a full disk into a disk-space error)."""
@@ -265,6 +286,7 @@ def _extract_tar(archive: Path, dest: Path, tally: _Tally) -> str | None:
             selected: list[tarfile.TarInfo] = []
             seen: set[str] = set()
             files: set[str] = set()  # regular files so far: what a hard link may name
+            links: list[tuple[str, str]] = []  # each symlink's member name and its name under dest
             for member in members:
                 _check_tar_member(label, member, seen, files)
                 name = _strip(member.name, top)
@@ -275,11 +297,19 @@ def _extract_tar(archive: Path, dest: Path, tally: _Tally) -> str | None:
                 if member.islnk():
                     stripped.linkname = _strip(member.linkname, top)
                 selected.append(stripped)
+                if member.issym():
+                    links.append((member.name, name))
             try:
                 with _writing(label):
                     tar.extractall(dest, members=selected, filter="data")
+                    _check_links_land_inside(label, dest, links)
             except tarfile.FilterError as exc:
                 raise _unsafe(label, exc.tarinfo.name, str(exc)) from None
+            except RecursionError:
+                # Where a link cannot be made (a folder is in its place), tarfile copies its target instead;
+                # a link to itself makes that copy endless.
+                msg = f"{label}: refusing its links: one leads round to itself where a folder stands"
+                raise UnsafeArchiveError(msg, tip=_UNSAFE_TIP) from None
             return _commit_in(tar.pax_headers.get("comment"))
     except _CORRUPT as exc:
         raise _broken(label, exc) from None
@@ -305,6 +335,12 @@ def _extract_zip(archive: Path, dest: Path, tally: _Tally) -> str | None:
             with _writing(label):
                 for info in infos:
                     _write_zip_member(bundle, info, dest, _strip(info.filename, top), label)
+                links = [
+                    (info.filename, _strip(info.filename, top))
+                    for info in infos
+                    if stat.S_ISLNK(info.external_attr >> 16) and _strip(info.filename, top)
+                ]
+                _check_links_land_inside(label, dest, links)
             return _commit_in(bundle.comment)
     except _CORRUPT as exc:
         raise _broken(label, exc) from None
