@@ -125,7 +125,8 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
             if len(row["wheels"]) == 2:
                 a, b = samples[(wheels[0], key)][metric], samples[(wheels[1], key)][metric]
                 rounds = _paired_rounds(by_round[(wheels[0], key)][metric], by_round[(wheels[1], key)][metric])
-                if min(statistics.median(r) for side in rounds for r in side) <= 0:
+                medians_a, medians_b = ([statistics.median(r) for r in side] for side in rounds)
+                if min(medians_a + medians_b) <= 0:
                     # A dispatch shorter than the profiler's microsecond reads 0: no ratio to take.
                     row["not_compared"] = "a round's median is 0 (below the timer's resolution)"
                     rows.append(row)
@@ -133,10 +134,7 @@ def summarize(document: dict[str, Any], *, bandwidth_gbs: float | None = None) -
                 comparison = compare(a, b, higher_is_better=metric == "decode_tok_s", rounds=rounds)
                 row["b_over_a"] = comparison.as_dict()
                 # Each round's own ratio: what the order of the wheels did to it, round by round.
-                row["b_over_a_by_round"] = [
-                    statistics.median(b_round) / statistics.median(a_round)
-                    for a_round, b_round in zip(*rounds, strict=True)
-                ]
+                row["b_over_a_by_round"] = [mb / ma for ma, mb in zip(medians_a, medians_b, strict=True)]
                 row["round_spread"] = {
                     wheel: RoundSpread.of(by_wheel).as_dict() for wheel, by_wheel in zip(wheels, rounds, strict=True)
                 }
